@@ -1,0 +1,59 @@
+package a2a
+
+import (
+	"context"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/pairing"
+)
+
+// Executor runs the work of approved tasks. The task engine owns states,
+// history, the event log and cancellation; an Executor only does the work and
+// reports through the Execution it is handed.
+//
+// Execute runs one turn: the first after the owner approved the task, and one
+// more each time the caller answers an input-required task with message/send
+// on the same taskId. A turn ends when Execute returns. Before returning it
+// calls exactly one of ex.Complete, ex.Fail or ex.InputRequired; returning
+// without one completes the task when it returns nil and fails it with the
+// error's text otherwise. When ctx is canceled (tasks/cancel, shutdown) the
+// work must stop and Execute return promptly; the engine then ends the task
+// canceled, whatever Execute reported.
+type Executor interface {
+	Execute(ctx context.Context, ex *Execution) error
+}
+
+// Summarizer is an optional Executor interface: Summarize turns the first
+// message of a task into the one-line text the owner approves ("device.info",
+// `system.notify {"title":"hi"}`). Without it the summary is the first line
+// of the message's text.
+type Summarizer interface {
+	Summarize(caller *pairing.Principal, msg *a2a.Message) string
+}
+
+// TaskApproval is what the owner is asked before a new task runs.
+type TaskApproval struct {
+	TaskID    a2a.TaskID
+	ContextID string // as the caller sent it (not namespaced)
+	Caller    *pairing.Principal
+	Summary   string
+	Message   *a2a.Message
+}
+
+// Decision is the outcome of an approval.
+type Decision struct {
+	Approved bool
+	// ByOwner is true when a person decided (popup, CLI, API), false when a
+	// policy (allow/deny) or the timeout did.
+	ByOwner bool
+	// Reason explains a refusal ("denied by the owner", "no answer within
+	// 2m0s", "policy deny for grant phone").
+	Reason string
+}
+
+// Approver decides whether a new task may run. It blocks until a decision,
+// ctx's end, or its own timeout (which is a refusal with a reason).
+type Approver interface {
+	ApproveTask(ctx context.Context, a TaskApproval) Decision
+}
