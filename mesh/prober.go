@@ -1,0 +1,184 @@
+package mesh
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// prober fetches GET /mesh/hello from an address and checks it: the body is a
+// valid Hello, its fp is the fingerprint of the certificate actually
+// presented (and the expected one when known), its id is the device ID of
+// that fp. Concurrency is bounded by sem; every request has a timeout.
+type prober struct {
+	tlsConfig func(fp string) *tls.Config
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	deviceID  func(fp string) (string, error)
+	timeout   time.Duration
+	sem       chan struct{}
+}
+
+// maxConcurrentProbes bounds the hello probes in flight at once.
+const maxConcurrentProbes = 8
+
+func newProber(o *Options) *prober {
+	dial := o.Dial
+	if dial == nil {
+		d := &net.Dialer{}
+		dial = d.DialContext
+	}
+	return &prober{
+		tlsConfig: o.TLSConfig,
+		dial:      dial,
+		deviceID:  o.DeviceID,
+		timeout:   o.Timing.ProbeTimeout,
+		sem:       make(chan struct{}, maxConcurrentProbes),
+	}
+}
+
+// observeTLS accepts any certificate: used when the caller gave no TLSConfig.
+// It is safe for the hello only: the request carries nothing secret and the
+// presented certificate's fingerprint is checked against the hello after the
+// fact (see probe).
+func observeTLS() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // checked by fingerprint after the handshake
+}
+
+// probe GETs scheme://hostport/mesh/hello. wantFP, when not empty, is the
+// fingerprint the peer must present (TLSConfig(wantFP) pins it; the check is
+// repeated here). Plain http is accepted only for loopback hosts, where there
+// is no certificate to check. Errors wrap ErrNotMeshtray, ErrFingerprint,
+// ErrDeviceID, or the transport error.
+func (p *prober) probe(ctx context.Context, scheme, hostport, wantFP string) (Hello, error) {
+	select {
+	case p.sem <- struct{}{}:
+		defer func() { <-p.sem }()
+	case <-ctx.Done():
+		return Hello{}, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+
+	var cfg *tls.Config
+	if p.tlsConfig != nil {
+		cfg = p.tlsConfig(wantFP)
+	}
+	if cfg == nil {
+		cfg = observeTLS()
+	}
+	tr := &http.Transport{
+		Proxy:                  nil, // never through a proxy: peers are on our LAN or tailnet
+		DialContext:            p.dial,
+		TLSClientConfig:        cfg,
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: 8 << 10,
+		ForceAttemptHTTP2:      false,
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+hostport+HelloPath, nil)
+	if err != nil {
+		return Hello{}, fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := (&http.Client{Transport: tr, CheckRedirect: noRedirect}).Do(req)
+	if err != nil {
+		return Hello{}, fmt.Errorf("mesh: hello %s: %w", hostport, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Hello{}, fmt.Errorf("%w: %s answered %d", ErrNotMeshtray, hostport, resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxHelloBytes+1))
+	if err != nil {
+		return Hello{}, fmt.Errorf("mesh: hello %s: %w", hostport, err)
+	}
+	if len(body) > MaxHelloBytes {
+		return Hello{}, fmt.Errorf("%w: %s: hello over %d bytes", ErrNotMeshtray, hostport, MaxHelloBytes)
+	}
+	var h Hello
+	if err := json.Unmarshal(body, &h); err != nil {
+		return Hello{}, fmt.Errorf("%w: %s: %v", ErrNotMeshtray, hostport, err)
+	}
+	if err := h.Validate(); err != nil {
+		return Hello{}, fmt.Errorf("%s: %w", hostport, err)
+	}
+	if scheme == "https" {
+		if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+			return Hello{}, fmt.Errorf("%w: %s presented no certificate", ErrFingerprint, hostport)
+		}
+		if got := Fingerprint(resp.TLS.PeerCertificates[0].Raw); got != h.FP {
+			return Hello{}, fmt.Errorf("%w: %s says fp %.16s… but presented %.16s…", ErrFingerprint, hostport, h.FP, got)
+		}
+	}
+	if wantFP != "" && h.FP != wantFP {
+		return Hello{}, fmt.Errorf("%w: %s: expected %.16s…, got %.16s…", ErrFingerprint, hostport, wantFP, h.FP)
+	}
+	if p.deviceID != nil {
+		id, err := p.deviceID(h.FP)
+		if err != nil || id != h.ID {
+			return Hello{}, fmt.Errorf("%w: %s", ErrDeviceID, hostport)
+		}
+	}
+	return h, nil
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// negCache remembers addresses that did not answer as meshtray, until a
+// deadline, so tailnet peers not running meshtray are not probed on every
+// status change. Bounded: at max entries the one expiring first is dropped.
+type negCache struct {
+	mu  sync.Mutex
+	ttl time.Duration
+	max int
+	m   map[string]time.Time // key -> until
+}
+
+func newNegCache(ttl time.Duration, max int) *negCache {
+	return &negCache{ttl: ttl, max: max, m: make(map[string]time.Time)}
+}
+
+func (c *negCache) has(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.m[key]
+	if ok && now.After(until) {
+		delete(c.m, key)
+		return false
+	}
+	return ok
+}
+
+func (c *negCache) add(key string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
+		var oldK string
+		var oldT time.Time
+		for k, t := range c.m {
+			if oldK == "" || t.Before(oldT) {
+				oldK, oldT = k, t
+			}
+		}
+		delete(c.m, oldK)
+	}
+	c.m[key] = now.Add(c.ttl)
+}
+
+func (c *negCache) del(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
+func (c *negCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}

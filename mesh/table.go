@@ -1,0 +1,458 @@
+package mesh
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Bounds on the peer table (everything a stranger can make us hold).
+const (
+	maxRows       = 256 // device IDs in the table
+	maxManualRows = 64  // rows added by hand
+	maxAddrs      = 8   // addresses kept per peer and source
+)
+
+// sourceOrder is the order of Peer.Sources.
+var sourceOrder = []Source{SourceMDNS, SourceTailscale, SourceManual}
+
+// sighting is one source's view of a peer.
+type sighting struct {
+	addrs   []string  // "host:port", at most maxAddrs
+	seen    time.Time // last confirmed
+	expires time.Time // zero: no expiry (tailscale follows Status, manual stays)
+	online  bool
+	node    string // tailnet node name
+	scheme  string // "https", or "http" for a loopback manual peer
+}
+
+type row struct {
+	hello Hello // the latest verified hello
+	by    map[Source]*sighting
+}
+
+// Table is the merged peer table: one row per device ID, with each source's
+// addresses and liveness (issue 5 §3). Rows come only from verified hellos
+// (the hello's fp is the presented certificate's, its id the device ID of
+// that fp), so a row's ID and FP never change. Safe for concurrent use.
+type Table struct {
+	now    func() time.Time
+	paired func(id string) bool
+	selfID func() string
+	probe  func(ctx context.Context, scheme, hostport, wantFP string) (Hello, error)
+	port   int
+
+	// mu guards rows and subs.
+	mu   sync.Mutex
+	rows map[string]*row
+	subs map[chan struct{}]struct{}
+}
+
+func newTable(now func() time.Time, paired func(string) bool, selfID func() string, port int) *Table {
+	if now == nil {
+		now = time.Now
+	}
+	if paired == nil {
+		paired = func(string) bool { return false }
+	}
+	if selfID == nil {
+		selfID = func() string { return "" }
+	}
+	return &Table{
+		now: now, paired: paired, selfID: selfID, port: port,
+		rows: make(map[string]*row),
+		subs: make(map[chan struct{}]struct{}),
+	}
+}
+
+// Snapshot returns a copy of every row, sorted by name then ID.
+func (t *Table) Snapshot() []Peer {
+	t.mu.Lock()
+	out := make([]Peer, 0, len(t.rows))
+	for _, r := range t.rows {
+		out = append(out, r.peer())
+	}
+	t.mu.Unlock()
+	for i := range out {
+		out[i].Paired = t.paired(out[i].ID)
+	}
+	slices.SortFunc(out, func(a, b Peer) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// Get returns a copy of the row for device ID id.
+func (t *Table) Get(id string) (Peer, bool) {
+	t.mu.Lock()
+	r, ok := t.rows[id]
+	var p Peer
+	if ok {
+		p = r.peer()
+	}
+	t.mu.Unlock()
+	if ok {
+		p.Paired = t.paired(id)
+	}
+	return p, ok
+}
+
+// Subscribe returns a channel that receives a value after the table changed
+// (rows added or removed, addresses, online, name, OS or A2A changed; a mere
+// refresh of last-seen does not notify). Notifications coalesce: the channel
+// has capacity 1 and a send never blocks. cancel stops the subscription.
+func (t *Table) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	t.mu.Lock()
+	t.subs[ch] = struct{}{}
+	t.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			t.mu.Lock()
+			delete(t.subs, ch)
+			t.mu.Unlock()
+		})
+	}
+}
+
+// notifyLocked wakes every subscriber. t.mu must be held.
+func (t *Table) notifyLocked() {
+	for ch := range t.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// AddManual probes rawURL's GET /mesh/hello and adds the peer with source
+// manual. rawURL is https://host[:port][/] (port defaults to the table's
+// port); http:// is accepted only for a loopback host (two nodes on one
+// machine), which has no certificate to check. Errors: ErrBadURL, ErrSelf,
+// ErrTableFull, ErrConflict, and the probe's (ErrNotMeshtray,
+// ErrFingerprint, ErrDeviceID, transport errors).
+func (t *Table) AddManual(ctx context.Context, rawURL string) (Peer, error) {
+	if t.probe == nil {
+		return Peer{}, fmt.Errorf("%w: no prober", ErrBadURL)
+	}
+	scheme, hostport, err := parsePeerURL(rawURL, t.port)
+	if err != nil {
+		return Peer{}, err
+	}
+	h, err := t.probe(ctx, scheme, hostport, "")
+	if err != nil {
+		return Peer{}, err
+	}
+	if h.ID == t.selfID() {
+		return Peer{}, ErrSelf
+	}
+	t.mu.Lock()
+	if r, ok := t.rows[h.ID]; !ok || r.by[SourceManual] == nil {
+		n := 0
+		for _, r := range t.rows {
+			if r.by[SourceManual] != nil {
+				n++
+			}
+		}
+		if n >= maxManualRows {
+			t.mu.Unlock()
+			return Peer{}, ErrTableFull
+		}
+	}
+	t.mu.Unlock()
+	if err := t.upsert(h, SourceManual, scheme, []string{hostport}, 0, ""); err != nil {
+		return Peer{}, err
+	}
+	p, _ := t.Get(h.ID)
+	return p, nil
+}
+
+// Remove forgets a peer added by hand (its manual source); other sources
+// stay. It reports whether there was one.
+func (t *Table) Remove(id string) bool {
+	return t.drop(id, SourceManual)
+}
+
+func parsePeerURL(raw string, defPort int) (scheme, hostport string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return "", "", fmt.Errorf("%w: want scheme://host[:port]", ErrBadURL)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return "", "", fmt.Errorf("%w: no host", ErrBadURL)
+	}
+	port := defPort
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return "", "", fmt.Errorf("%w: bad port", ErrBadURL)
+		}
+		port = n
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		ip, err := netip.ParseAddr(host)
+		if host != "localhost" && (err != nil || !ip.IsLoopback()) {
+			return "", "", fmt.Errorf("%w: plain http only for loopback", ErrBadURL)
+		}
+	default:
+		return "", "", fmt.Errorf("%w: scheme must be https", ErrBadURL)
+	}
+	return u.Scheme, net.JoinHostPort(host, strconv.Itoa(port)), nil
+}
+
+// upsert records a verified hello seen through src at addrs. ttl > 0 makes
+// the sighting expire unless refreshed within ttl.
+func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl time.Duration, node string) error {
+	now := t.now()
+	if len(addrs) > maxAddrs {
+		addrs = addrs[:maxAddrs]
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[h.ID]
+	if ok && r.hello.FP != h.FP {
+		return ErrConflict
+	}
+	changed := false
+	if !ok {
+		if len(t.rows) >= maxRows && !t.evictLocked() {
+			return ErrTableFull
+		}
+		r = &row{by: make(map[Source]*sighting)}
+		t.rows[h.ID] = r
+		changed = true
+	}
+	if r.hello != h {
+		r.hello = h
+		changed = true
+	}
+	s := r.by[src]
+	if s == nil {
+		s = &sighting{}
+		r.by[src] = s
+		changed = true
+	}
+	if !slices.Equal(s.addrs, addrs) {
+		s.addrs = slices.Clone(addrs)
+		changed = true
+	}
+	if !s.online {
+		s.online = true
+		changed = true
+	}
+	if node != "" && node != s.node {
+		s.node = node
+		changed = true
+	}
+	s.scheme = scheme
+	s.seen = now
+	s.expires = time.Time{}
+	if ttl > 0 {
+		s.expires = now.Add(ttl)
+	}
+	if changed {
+		t.notifyLocked()
+	}
+	return nil
+}
+
+// evictLocked drops the least recently seen row that is offline and not
+// paired, to make room. t.mu must be held.
+func (t *Table) evictLocked() bool {
+	var victim string
+	var oldest time.Time
+	for id, r := range t.rows {
+		if r.online() || t.paired(id) {
+			continue
+		}
+		if ls := r.lastSeen(); victim == "" || ls.Before(oldest) {
+			victim, oldest = id, ls
+		}
+	}
+	if victim == "" {
+		return false
+	}
+	delete(t.rows, victim)
+	return true
+}
+
+// refresh extends src's sighting of id (its addresses unchanged) and reports
+// whether there was one.
+func (t *Table) refresh(id string, src Source, ttl time.Duration) bool {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[id]
+	if !ok || r.by[src] == nil {
+		return false
+	}
+	s := r.by[src]
+	s.seen = now
+	if ttl > 0 {
+		s.expires = now.Add(ttl)
+	}
+	if !s.online {
+		s.online = true
+		t.notifyLocked()
+	}
+	return true
+}
+
+// setOnline marks src's sighting of id online or offline.
+func (t *Table) setOnline(id string, src Source, online bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[id]
+	if !ok || r.by[src] == nil || r.by[src].online == online {
+		return
+	}
+	r.by[src].online = online
+	if online {
+		r.by[src].seen = t.now()
+	}
+	t.notifyLocked()
+}
+
+// drop removes src's sighting of id, and the row when no source is left.
+func (t *Table) drop(id string, src Source) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[id]
+	if !ok || r.by[src] == nil {
+		return false
+	}
+	delete(r.by, src)
+	if len(r.by) == 0 {
+		delete(t.rows, id)
+	}
+	t.notifyLocked()
+	return true
+}
+
+// expire drops every sighting whose expiry has passed.
+func (t *Table) expire() {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := false
+	for id, r := range t.rows {
+		for src, s := range r.by {
+			if !s.expires.IsZero() && now.After(s.expires) {
+				delete(r.by, src)
+				changed = true
+			}
+		}
+		if len(r.by) == 0 {
+			delete(t.rows, id)
+		}
+	}
+	if changed {
+		t.notifyLocked()
+	}
+}
+
+// sightingOf returns a copy of src's sighting of id.
+func (t *Table) sightingOf(id string, src Source) (sighting, Hello, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[id]
+	if !ok || r.by[src] == nil {
+		return sighting{}, Hello{}, false
+	}
+	s := *r.by[src]
+	s.addrs = slices.Clone(s.addrs)
+	return s, r.hello, true
+}
+
+// target is one liveness check: probe addrs of id's src sighting.
+type target struct {
+	id    string
+	fp    string
+	src   Source
+	addrs []string
+	sch   string
+}
+
+// targets lists the sightings to re-check, for sources in srcs.
+func (t *Table) targets(srcs ...Source) []target {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []target
+	for id, r := range t.rows {
+		for _, src := range srcs {
+			s := r.by[src]
+			if s == nil || len(s.addrs) == 0 {
+				continue
+			}
+			out = append(out, target{id: id, fp: r.hello.FP, src: src, addrs: slices.Clone(s.addrs), sch: cmp.Or(s.scheme, "https")})
+		}
+	}
+	return out
+}
+
+func (r *row) online() bool {
+	for _, s := range r.by {
+		if s.online {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *row) lastSeen() time.Time {
+	var t time.Time
+	for _, s := range r.by {
+		if s.seen.After(t) {
+			t = s.seen
+		}
+	}
+	return t
+}
+
+func (r *row) peer() Peer {
+	p := Peer{
+		ID: r.hello.ID, Name: r.hello.Name, OS: r.hello.OS, FP: r.hello.FP, A2A: r.hello.A2A,
+		Addrs:    make(map[Source][]string, len(r.by)),
+		LastSeen: r.lastSeen(),
+		Online:   r.online(),
+	}
+	for _, src := range sourceOrder {
+		s := r.by[src]
+		if s == nil {
+			continue
+		}
+		p.Sources = append(p.Sources, src)
+		p.Addrs[src] = slices.Clone(s.addrs)
+		if s.node != "" {
+			p.TailnetNode = s.node
+		}
+	}
+	return p
+}
+
+// updateHello replaces a row's hello (name, OS, A2A) with a newer verified
+// one of the same fingerprint; sightings are untouched.
+func (t *Table) updateHello(h Hello) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[h.ID]
+	if !ok || r.hello.FP != h.FP || r.hello == h {
+		return
+	}
+	r.hello = h
+	t.notifyLocked()
+}

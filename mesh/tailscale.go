@@ -1,0 +1,434 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"tailscale.com/client/local"
+	"tailscale.com/client/tailscale/apitype"
+	"tailscale.com/ipn"
+	"tailscale.com/ipn/ipnstate"
+	"tailscale.com/net/tsaddr"
+
+	"meshtray/pairing"
+)
+
+// LocalAPI is what discovery uses of tailscale.com/client/local.Client; a
+// *local.Client (the system tailscaled, or a tsnet.Server's LocalClient)
+// satisfies it.
+type LocalAPI interface {
+	Status(ctx context.Context) (*ipnstate.Status, error)
+	WatchIPNBus(ctx context.Context, mask ipn.NotifyWatchOpt) (*local.IPNBusWatcher, error)
+	WhoIs(ctx context.Context, remoteAddr string) (*apitype.WhoIsResponse, error)
+}
+
+var _ LocalAPI = (*local.Client)(nil)
+
+// TailscaleState is the tailnet as the UI shows it. It follows ipn.State
+// (tailscale.com/ipn/backend.go) plus the states of the LocalAPI itself.
+type TailscaleState int
+
+const (
+	TailscaleUnknown       TailscaleState = iota // not asked yet
+	TailscaleOff                                 // the watcher is disabled (Options.NoTailscale)
+	TailscaleNotRunning                          // no tailscaled answered the LocalAPI
+	TailscaleAccessDenied                        // tailscaled refused this user the LocalAPI
+	TailscaleLoggedOut                           // NeedsLogin without a node key: never logged in, or logged out
+	TailscaleNeedsLogin                          // NeedsLogin with a node key: the key expired
+	TailscaleNeedsApproval                       // NeedsMachineAuth: an admin must approve the device
+	TailscaleStopped                             // Stopped: `tailscale down`
+	TailscaleStarting                            // NoState or Starting
+	TailscaleRunning                             // Running
+	TailscaleOtherUser                           // InUseOtherUser
+)
+
+var tailscaleStateNames = [...]string{
+	TailscaleUnknown:       "unknown",
+	TailscaleOff:           "off",
+	TailscaleNotRunning:    "not running",
+	TailscaleAccessDenied:  "access denied",
+	TailscaleLoggedOut:     "logged out",
+	TailscaleNeedsLogin:    "needs login",
+	TailscaleNeedsApproval: "needs approval",
+	TailscaleStopped:       "stopped",
+	TailscaleStarting:      "starting",
+	TailscaleRunning:       "running",
+	TailscaleOtherUser:     "in use by another user",
+}
+
+// String is the state as the UI shows it ("running", "not running", ...).
+func (s TailscaleState) String() string {
+	if s < 0 || int(s) >= len(tailscaleStateNames) {
+		return "unknown"
+	}
+	return tailscaleStateNames[s]
+}
+
+// MarshalText encodes the state as its String.
+func (s TailscaleState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText parses a String form.
+func (s *TailscaleState) UnmarshalText(b []byte) error {
+	i := slices.Index(tailscaleStateNames[:], string(b))
+	if i < 0 {
+		return errors.New("mesh: unknown tailscale state " + strconv.Quote(string(b)))
+	}
+	*s = TailscaleState(i)
+	return nil
+}
+
+// tailscaleStateOf maps an ipnstate.Status.BackendState (an ipn.State
+// string) to a TailscaleState.
+func tailscaleStateOf(backend string, haveNodeKey bool) TailscaleState {
+	switch backend {
+	case ipn.Running.String():
+		return TailscaleRunning
+	case ipn.Starting.String(), ipn.NoState.String():
+		return TailscaleStarting
+	case ipn.Stopped.String():
+		return TailscaleStopped
+	case ipn.NeedsMachineAuth.String():
+		return TailscaleNeedsApproval
+	case ipn.NeedsLogin.String():
+		if haveNodeKey {
+			return TailscaleNeedsLogin
+		}
+		return TailscaleLoggedOut
+	case ipn.InUseOtherUser.String():
+		return TailscaleOtherUser
+	}
+	return TailscaleUnknown
+}
+
+// tsPeer is a tailnet peer as last seen in Status.
+type tsPeer struct {
+	ips    []netip.Addr
+	online bool
+	node   string // MagicDNS name without the trailing dot, else host name
+	id     string // meshtray device ID once its hello answered
+}
+
+// tailscaleLoop follows the LocalAPI: Status, then the IPN bus (re-reading
+// Status when it reports state or peer changes, since Notify.NetMap is nil
+// on Linux); when tailscaled is absent, stopped or restarted it reconnects
+// with capped exponential backoff and jitter. A missing tailscaled is a
+// state, logged once on the transition, not an error per attempt.
+func (d *Discovery) tailscaleLoop(ctx context.Context) {
+	tm := d.opts.Timing
+	wait := tm.RetryMin
+	for {
+		began := time.Now()
+		err := d.tailscaleSession(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		st := TailscaleNotRunning
+		if local.IsAccessDeniedError(err) {
+			st = TailscaleAccessDenied
+		}
+		d.setTailscale(st, nil, err)
+		d.tailnetGone()
+		if time.Since(began) > tm.RetryMax {
+			wait = tm.RetryMin // the session was healthy for a while
+		}
+		t := time.NewTimer(wait/2 + time.Duration(rand.Int64N(int64(wait)+1))) // wait ±50 %
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, tm.RetryMax)
+	}
+}
+
+// tailscaleSession runs one connection to the LocalAPI until it breaks.
+func (d *Discovery) tailscaleSession(ctx context.Context) error {
+	st, err := d.lc.Status(ctx)
+	if err != nil {
+		return err
+	}
+	d.applyStatus(st)
+	w, err := d.lc.WatchIPNBus(ctx, ipn.NotifyInitialState|ipn.NotifyPeerChanges)
+	if err != nil {
+		return err
+	}
+	kick := make(chan struct{}, 1)
+	errc := make(chan error, 1)
+	go func() { // ends when Next fails, which Close or ctx makes it do
+		for {
+			n, err := w.Next()
+			if err != nil {
+				errc <- err
+				return
+			}
+			if n.State != nil || n.SelfChange != nil || n.LoginFinished != nil ||
+				len(n.PeersChanged) > 0 || len(n.PeersRemoved) > 0 || len(n.PeerChangedPatch) > 0 || n.NetMap != nil {
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	defer func() {
+		w.Close()
+		<-errc
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			errc <- err // for the deferred receive
+			return err
+		case <-kick:
+			st, err := d.lc.Status(ctx)
+			if err != nil {
+				return err
+			}
+			d.applyStatus(st)
+		}
+	}
+}
+
+// setTailscale records the state and tailnet addresses, notifying and
+// logging on a change only.
+func (d *Discovery) setTailscale(st TailscaleState, ips []netip.Addr, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st == d.tsState && slices.Equal(ips, d.addrs.Tailnet) {
+		return
+	}
+	if st != d.tsState {
+		if err != nil {
+			d.log.Info("tailscale", "state", st.String(), "err", err)
+		} else {
+			d.log.Info("tailscale", "state", st.String())
+		}
+	}
+	d.tsState = st
+	d.addrs.Tailnet = slices.Clone(ips)
+	d.notifyLocked()
+}
+
+// applyStatus folds one Status into the tailnet peers and the table, and
+// probes online peers not yet known to run meshtray.
+func (d *Discovery) applyStatus(st *ipnstate.Status) {
+	state := tailscaleStateOf(st.BackendState, st.HaveNodeKey)
+	var ips []netip.Addr
+	if state == TailscaleRunning {
+		ips = slices.Clone(st.TailscaleIPs)
+	}
+	d.setTailscale(state, ips, nil)
+	if state != TailscaleRunning {
+		d.tailnetGone()
+		return
+	}
+	self := d.selfID()
+	type probeReq struct {
+		key   string
+		addrs []string
+		node  string
+	}
+	var probes []probeReq
+	var offline, online, gone []string
+	d.mu.Lock()
+	seen := make(map[string]bool, len(st.Peer))
+	for _, ps := range st.Peer {
+		if len(ps.TailscaleIPs) == 0 {
+			continue
+		}
+		key := string(ps.ID)
+		seen[key] = true
+		p := d.tsPeers[key]
+		if p == nil {
+			if len(d.tsPeers) >= maxTSPeers {
+				continue
+			}
+			p = &tsPeer{}
+			d.tsPeers[key] = p
+		}
+		wasOnline := p.online
+		p.ips = slices.Clone(ps.TailscaleIPs)
+		p.online = ps.Online
+		p.node = strings.TrimSuffix(ps.DNSName, ".")
+		if p.node == "" {
+			p.node = ps.HostName
+		}
+		switch {
+		case !ps.Online:
+			if p.id != "" {
+				offline = append(offline, p.id)
+			}
+		case p.id != "" && p.id != self:
+			if !wasOnline {
+				online = append(online, p.id)
+			}
+		case p.id == "":
+			if !wasOnline {
+				d.neg.del(key) // it came back: maybe with meshtray now
+			}
+			if !d.neg.has(key, time.Now()) {
+				probes = append(probes, probeReq{key: key, addrs: tailnetAddrs(p.ips, d.opts.Port), node: p.node})
+			}
+		}
+	}
+	for key, p := range d.tsPeers {
+		if !seen[key] {
+			if p.id != "" {
+				gone = append(gone, p.id)
+			}
+			delete(d.tsPeers, key)
+		}
+	}
+	d.mu.Unlock()
+
+	for _, id := range offline {
+		d.table.setOnline(id, SourceTailscale, false)
+	}
+	for _, id := range gone {
+		d.table.drop(id, SourceTailscale)
+	}
+	for _, id := range online { // back online: confirm with its hello
+		d.recheckOne(id, SourceTailscale)
+	}
+	for _, pr := range probes {
+		d.probeAsync("ts|"+pr.key, func(ctx context.Context) { d.probeTailnetPeer(ctx, pr.key, pr.addrs, pr.node) })
+	}
+}
+
+// probeTailnetPeer asks a tailnet peer for its hello on the default port.
+func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []string, node string) {
+	h, _, err := d.probeAddrs(ctx, "https", addrs, "")
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		d.neg.add(key, time.Now())
+		d.log.Debug("tailnet peer is not meshtray", "node", node, "err", err)
+		return
+	}
+	if h.ID == d.selfID() {
+		return
+	}
+	d.mu.Lock()
+	p := d.tsPeers[key]
+	if p == nil { // gone meanwhile
+		d.mu.Unlock()
+		return
+	}
+	p.id = h.ID
+	d.mu.Unlock()
+	if err := d.table.upsert(h, SourceTailscale, "https", addrs, 0, node); err != nil {
+		d.log.Debug("tailnet peer", "peer", short(h.ID), "err", err)
+	}
+}
+
+// recheckOne re-probes one sighting now.
+func (d *Discovery) recheckOne(id string, src Source) {
+	s, h, ok := d.table.sightingOf(id, src)
+	if !ok {
+		return
+	}
+	d.probeAsync("re|"+string(src)+"|"+id, func(ctx context.Context) {
+		got, _, err := d.probeAddrs(ctx, cmpScheme(s.scheme), s.addrs, h.FP)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			d.table.setOnline(id, src, false)
+			return
+		}
+		d.table.updateHello(got)
+		d.table.setOnline(id, src, true)
+	})
+}
+
+func cmpScheme(s string) string {
+	if s == "" {
+		return "https"
+	}
+	return s
+}
+
+// tailnetGone marks every tailnet sighting offline: our own tailnet is down.
+func (d *Discovery) tailnetGone() {
+	d.mu.Lock()
+	var ids []string
+	for key, p := range d.tsPeers {
+		if p.id != "" {
+			ids = append(ids, p.id)
+		}
+		delete(d.tsPeers, key)
+	}
+	d.mu.Unlock()
+	for _, id := range ids {
+		d.table.setOnline(id, SourceTailscale, false)
+	}
+}
+
+// tsPeerOnline reports whether Status lists the meshtray peer id online.
+func (d *Discovery) tsPeerOnline(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.tsPeers {
+		if p.id == id {
+			return p.online
+		}
+	}
+	return false
+}
+
+func tailnetAddrs(ips []netip.Addr, port int) []string {
+	ips = slices.Clone(ips)
+	slices.SortStableFunc(ips, func(a, b netip.Addr) int { // IPv4 first
+		switch {
+		case a.Is4() && !b.Is4():
+			return -1
+		case !a.Is4() && b.Is4():
+			return 1
+		}
+		return 0
+	})
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	}
+	return out
+}
+
+// whoIsTimeout bounds one LocalAPI WhoIs.
+const whoIsTimeout = 3 * time.Second
+
+// WhoIs tells which tailnet node and user an incoming connection from
+// remote comes from (LocalAPI /localapi/v0/whois). nil when remote is not a
+// tailnet address (tsaddr.IsTailscaleIP), the watcher is off, or the
+// LocalAPI does not know it.
+func (d *Discovery) WhoIs(ctx context.Context, remote netip.AddrPort) *pairing.TailnetIdentity {
+	if d.lc == nil || !tsaddr.IsTailscaleIP(remote.Addr()) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, whoIsTimeout)
+	defer cancel()
+	r, err := d.lc.WhoIs(ctx, remote.String())
+	if err != nil || r == nil || r.Node == nil {
+		d.log.Debug("whois", "addr", remote, "err", err)
+		return nil
+	}
+	id := &pairing.TailnetIdentity{Node: strings.TrimSuffix(r.Node.Name, ".")}
+	if id.Node == "" && r.Node.Hostinfo.Valid() {
+		id.Node = r.Node.Hostinfo.Hostname()
+	}
+	if r.UserProfile != nil {
+		id.User = r.UserProfile.LoginName
+	}
+	return id
+}
