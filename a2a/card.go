@@ -1,0 +1,239 @@
+package a2a
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/nodes"
+)
+
+// Card paths and names.
+const (
+	// CardPath is where the Agent Card is served (A2A 0.3.0 §5.3; renamed
+	// from agent.json in 0.3.0).
+	CardPath = "/.well-known/agent-card.json"
+	// RPCPath is the JSON-RPC endpoint the card's url points to.
+	RPCPath = "/a2a/v1"
+	// ManifestPath is the node manifest offered through the card extension.
+	ManifestPath = "/nodes/manifest"
+	// ManifestExtensionURI names the card extension that points at the node
+	// manifest (meshtray's own URN).
+	ManifestExtensionURI = "urn:meshtray:ext:node-manifest:v1"
+	// SecuritySchemeName is the card's bearer scheme.
+	SecuritySchemeName = "bearer"
+)
+
+// cardJSON is the card as served: a2a-go's AgentCard with capabilities
+// replaced by a type that always writes streaming and pushNotifications
+// (a2a-go omits false booleans; the issue and DESIGN.md want
+// "pushNotifications": false spelled out).
+type cardJSON struct {
+	a2a.AgentCard
+	Capabilities cardCapabilities `json:"capabilities"`
+}
+
+type cardCapabilities struct {
+	Streaming              bool                 `json:"streaming"`
+	PushNotifications      bool                 `json:"pushNotifications"`
+	StateTransitionHistory bool                 `json:"stateTransitionHistory"`
+	Extensions             []a2a.AgentExtension `json:"extensions,omitempty"`
+}
+
+// CardHandler serves GET /.well-known/agent-card.json: 404 while the card
+// is not published (a device with A2A off looks like one that never spoke
+// A2A), the card otherwise. The card's url is the request's own base
+// (https when the request came over TLS, the Host header's host:port) +
+// RPCPath, so every listener hands out a URL that reaches it.
+//
+// Card fields (A2A 0.3.0 §5.5, a2a.json AgentCard): protocolVersion
+// "0.3.0", preferredTransport JSONRPC, name = the device name, description
+// with the OS environment, version = Options.Version, capabilities
+// {streaming: true, pushNotifications: false, extensions: [the node
+// manifest by URI]}, a bearer securitySchemes entry required by security,
+// default modes text/plain and application/json, one skill per available
+// capability of the manifest.
+func (s *Server) CardHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if !s.published.Load() {
+			http.NotFound(w, r)
+			return
+		}
+		if !validHost(r.Host) {
+			http.Error(w, "bad Host header", http.StatusBadRequest)
+			return
+		}
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		card := s.Card(scheme + "://" + r.Host)
+		data, err := json.Marshal(card)
+		if err != nil {
+			s.log.Error("marshal agent card", "err", err)
+			http.Error(w, "internal error", http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-store") // publishing can be switched off at any time
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(data)
+		}
+	})
+}
+
+// validHost accepts a Host header of the forms name, name:port, v4:port,
+// [v6]:port: letters, digits and . - : [ ] only, so it is safe inside a URL.
+func validHost(h string) bool {
+	if h == "" || len(h) > 255 {
+		return false
+	}
+	for _, c := range []byte(h) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '.', c == '-', c == ':', c == '[', c == ']':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Card builds the Agent Card for base (scheme://host:port, no trailing
+// slash). It is what CardHandler serves; app also uses it for the status
+// surface's card URL.
+func (s *Server) Card(base string) any {
+	name := s.deviceName()
+	desc := fmt.Sprintf("meshtray node %q", name)
+	if s.opts.OSEnvironment != "" {
+		desc += " on " + s.opts.OSEnvironment
+	}
+	desc += ". Runs this device's capabilities for paired agents; every new task waits for the owner's approval."
+	version := s.opts.Version
+	if version == "" {
+		version = "dev"
+	}
+	modes := []string{"text/plain", "application/json"}
+	card := cardJSON{
+		AgentCard: a2a.AgentCard{
+			ProtocolVersion:    string(a2a.Version),
+			Name:               name,
+			Description:        desc,
+			URL:                base + RPCPath,
+			PreferredTransport: a2a.TransportProtocolJSONRPC,
+			AdditionalInterfaces: []a2a.AgentInterface{
+				{URL: base + RPCPath, Transport: a2a.TransportProtocolJSONRPC},
+			},
+			Version:            version,
+			DefaultInputModes:  modes,
+			DefaultOutputModes: modes,
+			SecuritySchemes: a2a.NamedSecuritySchemes{
+				SecuritySchemeName: a2a.HTTPAuthSecurityScheme{
+					Scheme:       "bearer",
+					BearerFormat: "meshtray grant token",
+					Description:  "A grant token with scope agent or full, issued by this device when it paired with yours.",
+				},
+			},
+			Security: []a2a.SecurityRequirements{{SecuritySchemeName: a2a.SecuritySchemeScopes{}}},
+			Skills:   []a2a.AgentSkill{},
+		},
+		Capabilities: cardCapabilities{
+			Streaming: true,
+			Extensions: []a2a.AgentExtension{{
+				URI:         ManifestExtensionURI,
+				Description: "This device's node capability manifest (capabilities, JSON Schemas of their params and results, effects, approval policy): GET params.url with a grant of scope node.",
+				Params: map[string]any{
+					"url":   base + ManifestPath,
+					"scope": "node",
+				},
+			}},
+		},
+	}
+	if s.opts.Manifest != nil {
+		card.Skills = skillsFrom(s.opts.Manifest.Manifest())
+	}
+	return card
+}
+
+// skillsFrom derives one skill per available capability: id and name are
+// the capability name, tags its namespace and effect, examples the
+// DataPart form (with placeholder params from its schema) and the text
+// form.
+func skillsFrom(m nodes.Manifest) []a2a.AgentSkill {
+	skills := make([]a2a.AgentSkill, 0, len(m.Capabilities))
+	for _, c := range m.Capabilities {
+		if !c.Available {
+			continue
+		}
+		ns, _, _ := strings.Cut(c.Name, ".")
+		tags := []string{"meshtray", ns}
+		if c.Effects != "" {
+			tags = append(tags, string(c.Effects))
+		}
+		example, _ := json.Marshal(map[string]any{"capability": c.Name, "params": exampleParams(c.Params)})
+		desc := c.Description
+		if desc == "" {
+			desc = c.Name
+		}
+		desc += fmt.Sprintf(" Send a data part %s, or text naming %s; missing parameters are asked for (input-required).", example, c.Name)
+		skills = append(skills, a2a.AgentSkill{
+			ID:          c.Name,
+			Name:        c.Name,
+			Description: desc,
+			Tags:        tags,
+			Examples:    []string{string(example), "please run " + c.Name},
+			InputModes:  []string{"application/json", "text/plain"},
+			OutputModes: []string{"application/json", "text/plain"},
+		})
+	}
+	slices.SortFunc(skills, func(a, b a2a.AgentSkill) int { return strings.Compare(a.ID, b.ID) })
+	return skills
+}
+
+// exampleParams builds placeholder params from a JSON Schema's required
+// properties (none when nothing is required).
+func exampleParams(schema json.RawMessage) map[string]any {
+	var sc struct {
+		Properties map[string]struct {
+			Type any `json:"type"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	out := map[string]any{}
+	if len(schema) == 0 || json.Unmarshal(schema, &sc) != nil {
+		return out
+	}
+	names := sc.Required
+	if len(names) == 0 {
+		return out
+	}
+	for _, n := range names {
+		typ, _ := sc.Properties[n].Type.(string)
+		switch typ {
+		case "string":
+			out[n] = "<" + n + ">"
+		case "integer", "number":
+			out[n] = 1
+		case "boolean":
+			out[n] = true
+		case "array":
+			out[n] = []any{}
+		case "object":
+			out[n] = map[string]any{}
+		default:
+			out[n] = nil
+		}
+	}
+	return out
+}

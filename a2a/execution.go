@@ -1,0 +1,187 @@
+package a2a
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/pairing"
+)
+
+// Execution is one executor turn of one task, handed to Executor.Execute.
+// Its methods are safe for concurrent use. Reports made after ctx is
+// canceled, after the task became terminal, or after Execute returned are
+// ignored: the engine owns the task's state.
+type Execution struct {
+	s   *Server
+	t   *task
+	msg *a2a.Message
+	ctx context.Context
+
+	// guarded by t.mu
+	ended   bool
+	outcome *outcome
+}
+
+type outcome struct {
+	state a2a.TaskState
+	msg   *a2a.Message
+}
+
+// TaskID is the task's server-minted id.
+func (e *Execution) TaskID() a2a.TaskID { return e.t.id }
+
+// ContextID is the task's contextId as the caller knows it (the engine
+// namespaces it by owner internally; see Server).
+func (e *Execution) ContextID() string { return e.t.contextID }
+
+// Caller is the authenticated principal that created the task.
+func (e *Execution) Caller() *pairing.Principal { return e.t.caller }
+
+// Message is this turn's message from the caller: the task's first message
+// on the first turn, the caller's answer on a resumed input-required task.
+// It is shared with the task's history: read it, do not change it.
+func (e *Execution) Message() *a2a.Message { return e.msg }
+
+// History is a copy of the task's history so far (caller messages and the
+// agent's input-required questions, oldest first; this turn's message last).
+func (e *Execution) History() []*a2a.Message {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	return append([]*a2a.Message(nil), e.t.history...)
+}
+
+// ApprovedSummary is the summary the owner approved for this task, or ""
+// when no person decided (the grant's policy allowed it). An executor may
+// treat exactly that action as already consented to.
+func (e *Execution) ApprovedSummary() string {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	return e.t.approvedSummary
+}
+
+// Value returns the executor-private state kept on the task across turns
+// (nil at first). It is never sent on the wire.
+func (e *Execution) Value() any {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	return e.t.value
+}
+
+// SetValue replaces the executor-private state kept across turns.
+func (e *Execution) SetValue(v any) {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	if !e.ended {
+		e.t.value = v
+	}
+}
+
+// activeLocked reports whether reports are still taken.
+func (e *Execution) activeLocked() bool {
+	return !e.ended && e.ctx.Err() == nil && !e.t.status.State.Terminal()
+}
+
+// Working reports progress: a status-update in state working carrying text
+// (no message when text is empty).
+func (e *Execution) Working(text string) {
+	now := e.s.now()
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	if e.activeLocked() {
+		e.t.setStatusLocked(a2a.TaskStateWorking, agentMessage(text), now)
+	}
+}
+
+// Artifact adds a new artifact named name to the task and emits its
+// artifact-update event; it returns the artifact's id for AppendArtifact
+// ("" when the report was ignored).
+func (e *Execution) Artifact(name string, parts ...a2a.Part) a2a.ArtifactID {
+	art := &a2a.Artifact{ID: a2a.NewArtifactID(), Name: name, Parts: parts}
+	now := e.s.now()
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	if !e.activeLocked() {
+		return ""
+	}
+	if len(e.t.artifacts) >= e.s.opts.MaxArtifacts {
+		e.s.log.Warn("artifact dropped: per-task limit", "task", e.t.id, "limit", e.s.opts.MaxArtifacts)
+		return ""
+	}
+	e.t.artifacts = append(e.t.artifacts, art)
+	e.t.updated = now
+	e.t.emitLocked(&a2a.TaskArtifactUpdateEvent{TaskID: e.t.id, ContextID: e.t.contextID, Artifact: art}, false)
+	return art.ID
+}
+
+// AppendArtifact appends parts to the artifact id made by Artifact and
+// emits an artifact-update with append:true (A2A spec §7.2.2); lastChunk
+// marks the artifact's last chunk.
+func (e *Execution) AppendArtifact(id a2a.ArtifactID, lastChunk bool, parts ...a2a.Part) error {
+	now := e.s.now()
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	if !e.activeLocked() {
+		return fmt.Errorf("%w: the turn has ended", ErrUnavailable)
+	}
+	for i, a := range e.t.artifacts {
+		if a.ID != id {
+			continue
+		}
+		// Copy on write: snapshots already handed out keep the old value.
+		na := *a
+		na.Parts = append(append(a2a.ContentParts(nil), a.Parts...), parts...)
+		e.t.artifacts[i] = &na
+		e.t.updated = now
+		chunk := &a2a.Artifact{ID: id, Name: a.Name, Parts: parts}
+		e.t.emitLocked(&a2a.TaskArtifactUpdateEvent{
+			TaskID: e.t.id, ContextID: e.t.contextID, Artifact: chunk, Append: true, LastChunk: lastChunk,
+		}, false)
+		return nil
+	}
+	return fmt.Errorf("a2a: no artifact %q in task %s", id, e.t.id)
+}
+
+// InputRequired ends the turn asking the caller for more: the task goes to
+// input-required with an agent message of text and parts when Execute
+// returns. The caller answers with message/send on the same taskId, which
+// starts the next turn.
+func (e *Execution) InputRequired(text string, parts ...a2a.Part) {
+	e.setOutcome(a2a.TaskStateInputRequired, text, parts)
+}
+
+// Complete ends the task completed, with an optional agent message, when
+// Execute returns.
+func (e *Execution) Complete(text string, parts ...a2a.Part) {
+	e.setOutcome(a2a.TaskStateCompleted, text, parts)
+}
+
+// Fail ends the task failed, with a message saying why, when Execute
+// returns.
+func (e *Execution) Fail(text string, parts ...a2a.Part) {
+	e.setOutcome(a2a.TaskStateFailed, text, parts)
+}
+
+func (e *Execution) setOutcome(state a2a.TaskState, text string, parts []a2a.Part) {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	if e.ended || e.outcome != nil {
+		return
+	}
+	e.outcome = &outcome{state: state, msg: agentMessage(text, parts...)}
+}
+
+// agentMessage builds an agent message of text (when not empty) followed
+// by parts; nil when both are empty.
+func agentMessage(text string, parts ...a2a.Part) *a2a.Message {
+	if text == "" && len(parts) == 0 {
+		return nil
+	}
+	ps := make(a2a.ContentParts, 0, len(parts)+1)
+	if text != "" {
+		ps = append(ps, a2a.TextPart{Text: text})
+	}
+	ps = append(ps, parts...)
+	return &a2a.Message{ID: a2a.NewMessageID(), Role: a2a.MessageRoleAgent, Parts: ps}
+}

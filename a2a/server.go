@@ -1,0 +1,1013 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/nodes"
+	"meshtray/pairing"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxTasks             = 512
+	DefaultMaxLiveTasksPerOwner = 16
+	DefaultMaxBodyBytes         = 1 << 20  // 1 MiB per request
+	DefaultMaxStoredBytes       = 64 << 20 // caller messages kept in the store
+	DefaultMaxTurns             = 32
+	DefaultMaxSubscribers       = 8
+	DefaultMaxArtifacts         = 64
+	DefaultCancelWait           = 5 * time.Second
+	DefaultKeepAlive            = 15 * time.Second
+)
+
+// ManifestSource gives the node manifest the Agent Card's skills are
+// derived from; *nodes.Registry is one.
+type ManifestSource interface {
+	Manifest() nodes.Manifest
+}
+
+// Options configure a Server. Zero values take the defaults above.
+type Options struct {
+	// DeviceName is this device's name: the card's name and the "waiting
+	// for approval on <device>" status text.
+	DeviceName string
+	// OSEnvironment is the OS environment string, e.g. "Debian GNU/Linux 12
+	// (x86_64)", shown in the card's description.
+	OSEnvironment string
+	// Version is the meshtray version, the card's version.
+	Version string
+	// Executor runs approved tasks. Required.
+	Executor Executor
+	// Approver decides on every new task. nil refuses every task ("no
+	// approver configured"): nothing runs without a decision.
+	Approver Approver
+	// Manifest feeds the card's skills; nil means no skills.
+	Manifest ManifestSource
+
+	// MaxTasks bounds the store (default 512): a new task evicts the oldest
+	// terminal task; when every stored task is live it is refused with
+	// CodeStoreFull. A live task is never evicted.
+	MaxTasks int
+	// MaxLiveTasksPerOwner bounds the live tasks of one owner (default 16);
+	// more are refused with CodeLiveTaskLimit.
+	MaxLiveTasksPerOwner int
+	// MaxBodyBytes bounds one request body (default 1 MiB); a larger body
+	// is answered -32600.
+	MaxBodyBytes int64
+	// MaxStoredBytes bounds the caller-supplied message bytes kept by the
+	// whole store (default 64 MiB); terminal tasks are evicted to stay
+	// under it, and when live tasks alone exceed it new messages are
+	// refused with CodeStoreFull.
+	MaxStoredBytes int64
+	// MaxTurns bounds the executor turns of one task (default 32); a
+	// further message is refused with CodeUnavailable.
+	MaxTurns int
+	// MaxSubscribers bounds the open streams of one task (default 8).
+	MaxSubscribers int
+	// MaxArtifacts bounds the artifacts of one task (default 64).
+	MaxArtifacts int
+	// CancelWait is how long tasks/cancel waits for the executor to stop
+	// (default 5 s) before reporting the task canceled anyway.
+	CancelWait time.Duration
+	// KeepAlive is the interval of SSE comment lines on an idle stream
+	// (default 15 s), so proxies keep a stream waiting for approval open.
+	KeepAlive time.Duration
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Server is meshtray's A2A 0.3.0 JSON-RPC server and task engine: it serves
+// POST /a2a/v1 (ServeHTTP) and the Agent Card (CardHandler), keeps the
+// bounded in-memory task store, asks the Approver about every new task and
+// runs approved ones on the Executor.
+//
+// Ownership: every task belongs to the Principal.Owner() that created it;
+// every method answers -32001 for a task of another owner, exactly as for
+// an unknown one. contextIds are the caller's: the engine keys them by
+// (owner, contextId), so two callers using the same contextId never share
+// a context, while each sees its own id on the wire.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+
+	published atomic.Bool
+
+	// mu protects the fields below it.
+	mu          sync.Mutex
+	tasks       map[a2a.TaskID]*task
+	terminal    []*task // terminal tasks, oldest first, from terminalHead
+	termHead    int
+	live        int
+	liveByOwner map[string]int
+	bytes       int64
+	closed      bool
+	inflight    int           // requests and turns running
+	idle        chan struct{} // closed when closed && inflight == 0
+
+	shutdown chan struct{} // closed by Shutdown
+}
+
+var (
+	errCanceledByCaller = errors.New("canceled by the caller")
+	errShuttingDown     = errors.New("node shutting down")
+)
+
+// NewServer returns a Server; Options.Executor is required.
+func NewServer(opts Options) *Server {
+	if opts.Executor == nil {
+		panic("a2a.NewServer: Options.Executor is nil")
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&opts.MaxTasks, DefaultMaxTasks)
+	def(&opts.MaxLiveTasksPerOwner, DefaultMaxLiveTasksPerOwner)
+	def(&opts.MaxTurns, DefaultMaxTurns)
+	def(&opts.MaxSubscribers, DefaultMaxSubscribers)
+	def(&opts.MaxArtifacts, DefaultMaxArtifacts)
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxStoredBytes <= 0 {
+		opts.MaxStoredBytes = DefaultMaxStoredBytes
+	}
+	if opts.CancelWait <= 0 {
+		opts.CancelWait = DefaultCancelWait
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = DefaultKeepAlive
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		opts:        opts,
+		log:         log,
+		tasks:       make(map[a2a.TaskID]*task),
+		liveByOwner: make(map[string]int),
+		idle:        make(chan struct{}),
+		shutdown:    make(chan struct{}),
+	}
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }
+
+// Status is the server's state for the local control surface.
+type Status struct {
+	Published bool `json:"published"`
+	LiveTasks int  `json:"live_tasks"`
+}
+
+// Status reports whether the card is published and how many tasks are live.
+func (s *Server) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Status{Published: s.published.Load(), LiveTasks: s.live}
+}
+
+// SetPublished turns the Agent Card on or off. Publishing is not
+// authorizing: the JSON-RPC endpoint stays behind the auth middleware
+// either way.
+func (s *Server) SetPublished(on bool) { s.published.Store(on) }
+
+// Tasks returns a snapshot of every stored task, oldest first.
+func (s *Server) Tasks() []TaskInfo {
+	s.mu.Lock()
+	ts := make([]*task, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	out := make([]TaskInfo, 0, len(ts))
+	for _, t := range ts {
+		t.mu.Lock()
+		out = append(out, TaskInfo{
+			ID: string(t.id), Owner: t.owner, Caller: t.caller.DisplayName(),
+			State: t.status.State, Summary: t.summary, Created: t.created, Updated: t.updated,
+		})
+		t.mu.Unlock()
+	}
+	sortTaskInfos(out)
+	return out
+}
+
+// enter registers one request or turn; false once Shutdown has begun.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *Server) leave() {
+	s.mu.Lock()
+	s.inflight--
+	if s.closed && s.inflight == 0 {
+		close(s.idle)
+	}
+	s.mu.Unlock()
+}
+
+// Shutdown stops the engine: new requests are refused (CodeUnavailable),
+// every live task ends canceled with "node shutting down" (running
+// executors see their ctx canceled; streams get that final event and
+// close), and Shutdown waits for every request handler and executor turn
+// to return, or for ctx. A second call waits again and returns the same.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	first := !s.closed
+	if first {
+		s.closed = true
+		close(s.shutdown)
+		if s.inflight == 0 {
+			close(s.idle)
+		}
+	}
+	ts := make([]*task, 0, s.live)
+	for _, t := range s.tasks {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+
+	for _, t := range ts {
+		s.cancelTask(t, errShuttingDown)
+	}
+	select {
+	case <-s.idle:
+		return nil
+	case <-ctx.Done():
+		// Executors that ignore ctx: their tasks are canceled already.
+		return fmt.Errorf("a2a: shutdown: %w", ctx.Err())
+	}
+}
+
+// cancelTask stops t's running turn with cause, or cancels an idle live
+// task (input-required) at once. It returns the running turn's done
+// channel, nil when no turn was running.
+func (s *Server) cancelTask(t *task, cause error) <-chan struct{} {
+	t.mu.Lock()
+	if !t.liveLocked() {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.cancel != nil {
+		t.cancel(cause)
+		done := t.done
+		t.mu.Unlock()
+		return done
+	}
+	changed := t.setStatusLocked(a2a.TaskStateCanceled, agentMessage(cause.Error()), s.now())
+	t.mu.Unlock()
+	if changed {
+		s.retire(t)
+	}
+	return nil
+}
+
+// settle moves t to state with msg; for a terminal state it also updates
+// the store's live counts.
+func (s *Server) settle(t *task, state a2a.TaskState, msg *a2a.Message) {
+	t.mu.Lock()
+	changed := t.setStatusLocked(state, msg, s.now())
+	t.mu.Unlock()
+	if changed && state.Terminal() {
+		s.retire(t)
+	}
+}
+
+// retire books a task that just became terminal.
+func (s *Server) retire(t *task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live--
+	if n := s.liveByOwner[t.owner] - 1; n > 0 {
+		s.liveByOwner[t.owner] = n
+	} else {
+		delete(s.liveByOwner, t.owner)
+	}
+	if _, stored := s.tasks[t.id]; stored {
+		s.terminal = append(s.terminal, t)
+	}
+}
+
+// evictLocked drops the oldest terminal task; false when there is none.
+func (s *Server) evictLocked() bool {
+	if s.termHead >= len(s.terminal) {
+		return false
+	}
+	t := s.terminal[s.termHead]
+	s.terminal[s.termHead] = nil
+	s.termHead++
+	if s.termHead > 64 && s.termHead*2 > len(s.terminal) {
+		n := copy(s.terminal, s.terminal[s.termHead:])
+		clear(s.terminal[n:])
+		s.terminal = s.terminal[:n]
+		s.termHead = 0
+	}
+	delete(s.tasks, t.id)
+	s.bytes -= t.bytes
+	return true
+}
+
+// reserveLocked makes room for a task (when newTask) and n more stored
+// bytes, evicting terminal tasks as needed.
+func (s *Server) reserveLocked(newTask bool, n int64) error {
+	for newTask && len(s.tasks) >= s.opts.MaxTasks {
+		if !s.evictLocked() {
+			return fmt.Errorf("%w: %d tasks are live; retry when one ends", ErrStoreFull, len(s.tasks))
+		}
+	}
+	for s.bytes+n > s.opts.MaxStoredBytes {
+		if !s.evictLocked() {
+			return fmt.Errorf("%w: live tasks hold %d bytes of messages", ErrStoreFull, s.bytes)
+		}
+	}
+	s.bytes += n
+	return nil
+}
+
+// lookup returns the task id of owner; another owner's task is reported
+// exactly like a missing one.
+func (s *Server) lookup(owner string, id a2a.TaskID) (*task, error) {
+	s.mu.Lock()
+	t := s.tasks[id]
+	s.mu.Unlock()
+	if t == nil || t.owner != owner {
+		return nil, fmt.Errorf("%w: no task %q", a2a.ErrTaskNotFound, truncate(string(id), 64))
+	}
+	return t, nil
+}
+
+// ServeHTTP serves the A2A JSON-RPC binding at POST /a2a/v1. The caller
+// must have been authenticated by the auth middleware
+// (pairing.PrincipalFrom); without one the request fails -32603.
+//
+// Non-streaming answers, errors included, are HTTP 200 with Content-Type
+// application/json. message/stream and tasks/resubscribe answer
+// text/event-stream: one "data: <JSON-RPC response>" line per event, the
+// Task first, closed after the event with final:true (A2A spec §7.2, §9.3).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	p, ok := pairing.PrincipalFrom(r.Context())
+	if !ok || p == nil {
+		s.log.Error("a2a request without a principal: the auth middleware is missing")
+		writeJSON(w, nullID, nil, rpcErrorFrom(ErrNoPrincipal))
+		return
+	}
+	if !s.enter() {
+		writeJSON(w, nullID, nil, rpcErrorFrom(fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)))
+		return
+	}
+	defer s.leave()
+
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, nullID, nil, &rpcError{
+				Code:    CodeInvalidRequest,
+				Message: fmt.Sprintf("invalid request: the body exceeds %d bytes", mbe.Limit),
+				Data:    map[string]any{"limit": mbe.Limit},
+			})
+			return
+		}
+		writeJSON(w, nullID, nil, newRPCError(CodeParseError, "parse error: reading the body failed"))
+		return
+	}
+	req, id, rerr := decodeRequest(body)
+	if rerr != nil {
+		writeJSON(w, id, nil, rerr)
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("a2a handler panic", "method", req.Method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			writeJSON(w, id, nil, rpcErrorFrom(errors.New("panic")))
+		}
+	}()
+
+	switch req.Method {
+	case MethodMessageSend:
+		s.onSend(w, r.Context(), p, req, len(body))
+	case MethodMessageStream:
+		s.onStream(w, r, p, req, len(body))
+	case MethodTasksGet:
+		s.onGet(w, p, req)
+	case MethodTasksCancel:
+		s.onCancel(w, p, req)
+	case MethodTasksResubscribe:
+		s.onResubscribe(w, r, p, req)
+	case MethodPushConfigSet, MethodPushConfigGet, MethodPushConfigList, MethodPushConfigDelete:
+		writeJSON(w, id, nil, newRPCError(CodePushNotSupported, "push notifications are not supported: use message/stream or tasks/get"))
+	case MethodExtendedAgentCard:
+		writeJSON(w, id, nil, newRPCError(CodeExtendedCard, "no authenticated extended card: the public card is complete"))
+	default:
+		writeJSON(w, id, nil, newRPCError(CodeMethodNotFound, "method not found: %q", truncate(req.Method, 64)))
+	}
+}
+
+// readBody reads the whole body, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	defer rd.Close()
+	size := int64(512)
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		size = r.ContentLength + 1
+	}
+	buf := make([]byte, 0, size)
+	for {
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
+}
+
+// sendParams decodes and checks message/send and message/stream params.
+func decodeSendParams(raw json.RawMessage) (*a2a.MessageSendParams, int, error) {
+	var p a2a.MessageSendParams
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, 0, err
+	}
+	m := p.Message
+	switch {
+	case m == nil:
+		return nil, 0, newRPCError(CodeInvalidParams, "invalid params: message is required")
+	case m.ID == "":
+		return nil, 0, newRPCError(CodeInvalidParams, "invalid params: message.messageId is required")
+	case m.Role != a2a.MessageRoleUser:
+		return nil, 0, newRPCError(CodeInvalidParams, `invalid params: message.role must be "user"`)
+	case len(m.Parts) == 0:
+		return nil, 0, newRPCError(CodeInvalidParams, "invalid params: message.parts is empty")
+	}
+	for _, part := range m.Parts {
+		if part == nil {
+			return nil, 0, newRPCError(CodeInvalidParams, "invalid params: a message part is null")
+		}
+	}
+	hl := -1
+	if p.Config != nil && p.Config.HistoryLength != nil {
+		if hl = *p.Config.HistoryLength; hl < 0 {
+			return nil, 0, newRPCError(CodeInvalidParams, "invalid params: historyLength must be >= 0")
+		}
+	}
+	return &p, hl, nil
+}
+
+// begin creates a task (no taskId) or resumes an input-required one, and
+// starts its turn. With stream it also subscribes and returns the Task
+// snapshot taken at subscription, atomically, so no event is missed.
+func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size int, stream bool) (*task, *subscriber, *a2a.Task, error) {
+	msg := params.Message
+	owner := p.Owner()
+	if msg.TaskID != "" {
+		return s.resume(p, params, size, stream)
+	}
+
+	now := s.now()
+	ctxID := msg.ContextID
+	if ctxID == "" {
+		ctxID = a2a.NewContextID()
+	}
+	t := &task{
+		id:        a2a.NewTaskID(),
+		owner:     owner,
+		contextID: ctxID,
+		caller:    p,
+		summary:   s.summarize(p, msg),
+		created:   now,
+		updated:   now,
+		changed:   make(chan struct{}),
+		bytes:     int64(size),
+		turns:     1,
+	}
+	msg.TaskID, msg.ContextID = t.id, ctxID
+	t.history = []*a2a.Message{msg}
+	ts := now
+	t.status = a2a.TaskStatus{
+		State:     a2a.TaskStateSubmitted,
+		Message:   agentMessage("waiting for approval on " + s.deviceName()),
+		Timestamp: &ts,
+	}
+	t.status.Message.TaskID, t.status.Message.ContextID = t.id, ctxID
+
+	// Everything is set before the task is published in the store (t is
+	// not shared yet, so no lock).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.cancel, t.done = cancel, make(chan struct{})
+	var sub *subscriber
+	var snap *a2a.Task
+	if stream {
+		sub = t.subscribeLocked()
+		snap = t.snapshotLocked(historyLen(params))
+	}
+
+	s.mu.Lock()
+	err := s.admitLocked(owner, t)
+	if err == nil {
+		s.tasks[t.id] = t
+		s.live++
+		s.liveByOwner[owner]++
+		s.inflight++ // the turn
+	}
+	s.mu.Unlock()
+	if err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
+
+	ex := &Execution{s: s, t: t, msg: msg, ctx: ctx}
+	go s.runTurn(ctx, t, ex, true)
+	return t, sub, snap, nil
+}
+
+// admitLocked checks that owner may create t now and reserves its room.
+func (s *Server) admitLocked(owner string, t *task) error {
+	if s.closed {
+		return fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)
+	}
+	if n := s.liveByOwner[owner]; n >= s.opts.MaxLiveTasksPerOwner {
+		return fmt.Errorf("%w: %d live tasks (the limit); wait for one to end or cancel one", ErrLiveTaskLimit, n)
+	}
+	return s.reserveLocked(true, t.bytes)
+}
+
+// resume starts the next turn of an input-required task of p's owner.
+// It is not approved again: the owner approved the task.
+func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, size int, stream bool) (*task, *subscriber, *a2a.Task, error) {
+	msg := params.Message
+	t, err := s.lookup(p.Owner(), msg.TaskID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	now := s.now()
+	t.mu.Lock()
+	state := t.status.State
+	switch {
+	case state.Terminal():
+		t.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: task %s is %s; a terminal task takes no more messages", a2a.ErrUnsupportedOperation, t.id, state)
+	case msg.ContextID != "" && msg.ContextID != t.contextID:
+		t.mu.Unlock()
+		return nil, nil, nil, newRPCError(CodeInvalidParams, "invalid params: contextId %q contradicts the task's contextId %q", truncate(msg.ContextID, 64), t.contextID)
+	case !interrupted(state) || t.cancel != nil:
+		t.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: task %s is %s; it takes a message only in input-required", a2a.ErrUnsupportedOperation, t.id, state)
+	case t.turns >= s.opts.MaxTurns:
+		t.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: task %s reached its limit of %d turns", ErrUnavailable, t.id, s.opts.MaxTurns)
+	case stream && len(t.subs) >= s.opts.MaxSubscribers:
+		t.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: task %s has %d open streams", ErrUnavailable, t.id, len(t.subs))
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		t.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)
+	}
+	if err := s.reserveLocked(false, int64(size)); err != nil {
+		s.mu.Unlock()
+		t.mu.Unlock()
+		return nil, nil, nil, err
+	}
+	s.inflight++
+	t.bytes += int64(size)
+	s.mu.Unlock()
+
+	t.turns++
+	msg.ContextID = t.contextID
+	if q := t.status.Message; q != nil {
+		t.history = append(t.history, q) // the question being answered
+	}
+	t.history = append(t.history, msg)
+	t.setStatusLocked(a2a.TaskStateWorking, nil, now)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.cancel, t.done = cancel, make(chan struct{})
+	var sub *subscriber
+	var snap *a2a.Task
+	if stream {
+		sub = t.subscribeLocked()
+		snap = t.snapshotLocked(historyLen(params))
+	}
+	t.mu.Unlock()
+	ex := &Execution{s: s, t: t, msg: msg, ctx: ctx}
+	go s.runTurn(ctx, t, ex, false)
+	return t, sub, snap, nil
+}
+
+func historyLen(p *a2a.MessageSendParams) int {
+	if p.Config != nil && p.Config.HistoryLength != nil {
+		return *p.Config.HistoryLength
+	}
+	return -1
+}
+
+func (s *Server) deviceName() string {
+	if s.opts.DeviceName != "" {
+		return s.opts.DeviceName
+	}
+	return "this device"
+}
+
+// summarize is the one-line text the owner approves.
+func (s *Server) summarize(p *pairing.Principal, msg *a2a.Message) string {
+	if sm, ok := s.opts.Executor.(Summarizer); ok {
+		return truncate(sm.Summarize(p, msg), 200)
+	}
+	for _, part := range msg.Parts {
+		if tp, ok := part.(a2a.TextPart); ok && strings.TrimSpace(tp.Text) != "" {
+			line, _, _ := strings.Cut(strings.TrimSpace(tp.Text), "\n")
+			return truncate(line, 200)
+		}
+	}
+	return "(a message without text)"
+}
+
+// runTurn is the goroutine of one turn: the approval (first turn), then
+// the executor. It settles the task's state when the executor returns.
+func (s *Server) runTurn(ctx context.Context, t *task, ex *Execution, approve bool) {
+	defer s.leave()
+
+	if approve {
+		dec := s.approve(ctx, t, ex.msg)
+		if ctx.Err() == nil && !dec.Approved {
+			reason := dec.Reason
+			if reason == "" {
+				reason = "refused"
+			}
+			s.endTurn(ctx, t, ex, a2a.TaskStateRejected, agentMessage("rejected: "+reason))
+			return
+		}
+		if ctx.Err() != nil {
+			s.endTurn(ctx, t, ex, a2a.TaskStateCanceled, nil)
+			return
+		}
+		t.mu.Lock()
+		if dec.ByOwner {
+			t.approvedSummary = t.summary
+		}
+		t.setStatusLocked(a2a.TaskStateWorking, nil, s.now())
+		t.mu.Unlock()
+	}
+
+	err := s.execute(ctx, ex)
+
+	t.mu.Lock()
+	oc := ex.outcome
+	t.mu.Unlock()
+	switch {
+	case oc != nil:
+		s.endTurn(ctx, t, ex, oc.state, oc.msg)
+	case err == nil:
+		s.endTurn(ctx, t, ex, a2a.TaskStateCompleted, nil)
+	default:
+		s.endTurn(ctx, t, ex, a2a.TaskStateFailed, agentMessage(err.Error()))
+	}
+}
+
+// endTurn settles the task at the end of a turn, in one critical section
+// with clearing the turn's cancel func: a tasks/cancel either reaches the
+// turn before (and the task ends canceled, whatever the executor reported)
+// or finds no turn running.
+func (s *Server) endTurn(ctx context.Context, t *task, ex *Execution, state a2a.TaskState, msg *a2a.Message) {
+	t.mu.Lock()
+	ex.ended = true
+	if ctx.Err() != nil {
+		state, msg = a2a.TaskStateCanceled, agentMessage(context.Cause(ctx).Error())
+	}
+	changed := t.setStatusLocked(state, msg, s.now())
+	t.cancel(nil)
+	t.cancel = nil
+	close(t.done)
+	t.mu.Unlock()
+	if changed && state.Terminal() {
+		s.retire(t)
+	}
+}
+
+func (s *Server) approve(ctx context.Context, t *task, msg *a2a.Message) Decision {
+	if s.opts.Approver == nil {
+		return Decision{Reason: "no approver configured"}
+	}
+	return s.opts.Approver.ApproveTask(ctx, TaskApproval{
+		TaskID: t.id, ContextID: t.contextID, Caller: t.caller, Summary: t.summary, Message: msg,
+	})
+}
+
+// execute runs the executor, turning a panic into an error.
+func (s *Server) execute(ctx context.Context, ex *Execution) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("executor panic", "task", ex.t.id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = errors.New("the executor failed unexpectedly")
+		}
+	}()
+	return s.opts.Executor.Execute(ctx, ex)
+}
+
+func (s *Server) onSend(w http.ResponseWriter, ctx context.Context, p *pairing.Principal, req *request, size int) {
+	params, hl, err := decodeSendParams(req.Params)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	t, _, _, err := s.begin(p, params, size, false)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	blocking := params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking
+	// Blocking (the default, as in a2a-go and a2a-python): wait until the
+	// task is terminal or waits for input. The task does not depend on this
+	// request: if the caller goes away it runs on, readable with tasks/get.
+	for {
+		t.mu.Lock()
+		st := t.status.State
+		if !blocking || st.Terminal() || interrupted(st) {
+			snap := t.snapshotLocked(hl)
+			t.mu.Unlock()
+			s.writeResult(w, req.ID, snap)
+			return
+		}
+		ch := t.changed
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) writeResult(w http.ResponseWriter, id json.RawMessage, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("marshal result", "err", err)
+		writeJSON(w, id, nil, rpcErrorFrom(err))
+		return
+	}
+	writeJSON(w, id, data, nil)
+}
+
+func (s *Server) onGet(w http.ResponseWriter, p *pairing.Principal, req *request) {
+	var q a2a.TaskQueryParams
+	if err := decodeParams(req.Params, &q); err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	hl := -1
+	if q.HistoryLength != nil {
+		if hl = *q.HistoryLength; hl < 0 {
+			writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: historyLength must be >= 0"))
+			return
+		}
+	}
+	if q.ID == "" {
+		writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: id is required"))
+		return
+	}
+	t, err := s.lookup(p.Owner(), q.ID)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	t.mu.Lock()
+	snap := t.snapshotLocked(hl)
+	t.mu.Unlock()
+	s.writeResult(w, req.ID, snap)
+}
+
+func (s *Server) onCancel(w http.ResponseWriter, p *pairing.Principal, req *request) {
+	var q a2a.TaskIDParams
+	if err := decodeParams(req.Params, &q); err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	if q.ID == "" {
+		writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: id is required"))
+		return
+	}
+	t, err := s.lookup(p.Owner(), q.ID)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	t.mu.Lock()
+	state := t.status.State
+	t.mu.Unlock()
+	if state.Terminal() {
+		writeJSON(w, req.ID, nil, newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, state))
+		return
+	}
+	if done := s.cancelTask(t, errCanceledByCaller); done != nil {
+		timer := time.NewTimer(s.opts.CancelWait)
+		select {
+		case <-done:
+		case <-timer.C:
+			// The executor ignores its ctx; the task is canceled regardless
+			// and its late reports are dropped.
+			s.log.Warn("executor did not stop after cancel", "task", t.id, "waited", s.opts.CancelWait)
+			s.settle(t, a2a.TaskStateCanceled, agentMessage(fmt.Sprintf("canceled; the work did not confirm it stopped within %s", s.opts.CancelWait)))
+		}
+		timer.Stop()
+	}
+	t.mu.Lock()
+	snap := t.snapshotLocked(-1)
+	t.mu.Unlock()
+	if snap.Status.State != a2a.TaskStateCanceled {
+		// The task ended on its own first.
+		writeJSON(w, req.ID, nil, newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, snap.Status.State))
+		return
+	}
+	s.writeResult(w, req.ID, snap)
+}
+
+func (s *Server) onStream(w http.ResponseWriter, r *http.Request, p *pairing.Principal, req *request, size int) {
+	params, _, err := decodeSendParams(req.Params)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	if _, ok := w.(http.Flusher); !ok {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(errors.New("streaming unsupported by the response writer")))
+		return
+	}
+	t, sub, snap, err := s.begin(p, params, size, true)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	s.stream(w, r, req.ID, t, sub, snap)
+}
+
+func (s *Server) onResubscribe(w http.ResponseWriter, r *http.Request, p *pairing.Principal, req *request) {
+	var q a2a.TaskIDParams
+	if err := decodeParams(req.Params, &q); err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	if q.ID == "" {
+		writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: id is required"))
+		return
+	}
+	t, err := s.lookup(p.Owner(), q.ID)
+	if err != nil {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		return
+	}
+	if _, ok := w.(http.Flusher); !ok {
+		writeJSON(w, req.ID, nil, rpcErrorFrom(errors.New("streaming unsupported by the response writer")))
+		return
+	}
+	t.mu.Lock()
+	if len(t.subs) >= s.opts.MaxSubscribers {
+		n := len(t.subs)
+		t.mu.Unlock()
+		writeJSON(w, req.ID, nil, rpcErrorFrom(fmt.Errorf("%w: task %s has %d open streams", ErrUnavailable, t.id, n)))
+		return
+	}
+	snap := t.snapshotLocked(-1)
+	var sub *subscriber
+	if st := snap.Status.State; !st.Terminal() && !interrupted(st) {
+		sub = t.subscribeLocked()
+	}
+	t.mu.Unlock()
+	s.stream(w, r, req.ID, t, sub, snap)
+}
+
+// stream writes the SSE response: the Task snapshot first, then the task's
+// events in generation order, until one with final:true (or, when sub is
+// nil, right after the Task), the client leaving, or shutdown. It keeps no
+// goroutine: the request's own goroutine waits on the task's change
+// channel.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessage, t *task, sub *subscriber, snap *a2a.Task) {
+	if sub != nil {
+		defer func() {
+			t.mu.Lock()
+			t.unsubscribeLocked(sub)
+			t.mu.Unlock()
+		}()
+	}
+	fl := w.(http.Flusher)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	data, err := json.Marshal(snap)
+	if err != nil {
+		s.log.Error("marshal task", "err", err)
+		return
+	}
+	buf := make([]byte, 0, 512+len(data))
+	buf = appendEvent(buf, id, data)
+	if _, err := w.Write(buf); err != nil {
+		return
+	}
+	fl.Flush()
+	if sub == nil {
+		return
+	}
+
+	ctx := r.Context()
+	keep := time.NewTimer(s.opts.KeepAlive)
+	defer keep.Stop()
+	for {
+		t.mu.Lock()
+		evs := t.nextLocked(sub)
+		ch := t.changed
+		t.mu.Unlock()
+		if len(evs) > 0 {
+			buf = buf[:0]
+			final := false
+			for _, ev := range evs {
+				buf = appendEvent(buf, id, ev.data)
+				if ev.final {
+					final = true
+					break
+				}
+			}
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			fl.Flush()
+			if final {
+				return
+			}
+			keep.Reset(s.opts.KeepAlive)
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-keep.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+			keep.Reset(s.opts.KeepAlive)
+		}
+	}
+}
+
+// appendEvent appends one SSE event: a single data line holding a JSON-RPC
+// response whose result is the event (A2A spec §7.2; single-line JSON, the
+// "data: " prefix with its space, a blank line after).
+func appendEvent(dst []byte, id json.RawMessage, result []byte) []byte {
+	dst = append(dst, "data: "...)
+	dst = appendResponse(dst, id, result, nil)
+	return append(dst, "\n\n"...)
+}
+
+// truncate shortens s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

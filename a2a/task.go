@@ -1,0 +1,208 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/pairing"
+)
+
+// task is one task in the store. Fields above mu are set at creation and
+// never change; the rest is guarded by mu.
+type task struct {
+	id        a2a.TaskID
+	owner     string // pairing.Principal.Owner() of the creator
+	contextID string // the caller's contextId (the wire form); the store key is (owner, contextID)
+	caller    *pairing.Principal
+	summary   string // what the owner is (or was) asked to approve
+	created   time.Time
+
+	// mu protects everything below.
+	mu              sync.Mutex
+	status          a2a.TaskStatus
+	history         []*a2a.Message
+	artifacts       []*a2a.Artifact
+	updated         time.Time
+	approvedSummary string
+	value           any   // executor-private state across turns
+	turns           int // executor turns started
+
+	// bytes is the caller-supplied message bytes kept; guarded by the
+	// Server's mu (lock order: task.mu before Server.mu, never the reverse).
+	bytes int64
+
+	// log holds the marshaled events not yet read by every subscriber:
+	// log[i] is event number logBase+i. With no subscriber nothing is kept.
+	log     []logEntry
+	logBase int
+	subs    map[*subscriber]struct{}
+	// changed is closed and replaced on every change of state or log, to
+	// wake waiters (blocking message/send, streams) without a goroutine
+	// per waiter.
+	changed chan struct{}
+
+	// cancel stops the running turn (approval or executor) with a cause;
+	// nil while no turn runs. done is closed when that turn's goroutine
+	// has finished.
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+type logEntry struct {
+	data  []byte // the event's JSON (a TaskStatusUpdateEvent or TaskArtifactUpdateEvent)
+	final bool   // the stream closes after this event
+}
+
+type subscriber struct {
+	cursor int // absolute index of the next event to send
+}
+
+// interrupted reports a state in which the task waits for the caller
+// (A2A spec §6.3: input-required, auth-required).
+func interrupted(s a2a.TaskState) bool {
+	return s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
+}
+
+// live reports a task that is not terminal.
+func (t *task) liveLocked() bool { return !t.status.State.Terminal() }
+
+// notifyLocked wakes every waiter.
+func (t *task) notifyLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// emitLocked appends ev to the log (only when someone listens) and wakes
+// waiters. The event is marshaled once; each stream wraps it in its own
+// JSON-RPC response.
+func (t *task) emitLocked(ev a2a.Event, final bool) {
+	if len(t.subs) > 0 {
+		data, err := json.Marshal(ev)
+		if err == nil {
+			t.log = append(t.log, logEntry{data: data, final: final})
+		}
+	}
+	t.notifyLocked()
+}
+
+// setStatusLocked moves the task to state with msg (may be nil) and emits
+// the status-update event. It reports false, changing nothing, when the
+// task is already terminal: no transition leaves a terminal state.
+func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.Time) bool {
+	if t.status.State.Terminal() {
+		return false
+	}
+	if msg != nil {
+		msg.TaskID = t.id
+		msg.ContextID = t.contextID
+	}
+	ts := now
+	t.status = a2a.TaskStatus{State: state, Message: msg, Timestamp: &ts}
+	t.updated = now
+	final := state.Terminal() || interrupted(state)
+	t.emitLocked(&a2a.TaskStatusUpdateEvent{
+		TaskID:    t.id,
+		ContextID: t.contextID,
+		Status:    t.status,
+		Final:     final,
+	}, final)
+	return true
+}
+
+// snapshotLocked copies the task for the wire. historyLength < 0 means the
+// whole history. Messages and artifacts are immutable once stored (an
+// appended artifact is replaced, not changed), so copying the slices is
+// enough.
+func (t *task) snapshotLocked(historyLength int) *a2a.Task {
+	out := &a2a.Task{
+		ID:        t.id,
+		ContextID: t.contextID,
+		Status:    t.status,
+	}
+	h := t.history
+	if historyLength >= 0 && historyLength < len(h) {
+		h = h[len(h)-historyLength:]
+	}
+	if len(h) > 0 {
+		out.History = append([]*a2a.Message(nil), h...)
+	}
+	if len(t.artifacts) > 0 {
+		out.Artifacts = append([]*a2a.Artifact(nil), t.artifacts...)
+	}
+	return out
+}
+
+// subscribeLocked registers a stream reading events from now on.
+func (t *task) subscribeLocked() *subscriber {
+	s := &subscriber{cursor: t.logBase + len(t.log)}
+	if t.subs == nil {
+		t.subs = make(map[*subscriber]struct{}, 1)
+	}
+	t.subs[s] = struct{}{}
+	return s
+}
+
+// unsubscribeLocked drops s and the events every remaining subscriber has
+// read.
+func (t *task) unsubscribeLocked(s *subscriber) {
+	delete(t.subs, s)
+	t.trimLocked()
+}
+
+// trimLocked drops log entries before the slowest subscriber's cursor.
+func (t *task) trimLocked() {
+	if len(t.subs) == 0 {
+		t.logBase += len(t.log)
+		t.log = nil
+		return
+	}
+	minCursor := t.logBase + len(t.log)
+	for s := range t.subs {
+		minCursor = min(minCursor, s.cursor)
+	}
+	if n := minCursor - t.logBase; n > 0 {
+		clear(t.log[:n])
+		t.log = t.log[n:]
+		t.logBase = minCursor
+	}
+}
+
+// nextLocked returns the events s has not read yet and advances its
+// cursor past them.
+func (t *task) nextLocked(s *subscriber) []logEntry {
+	i := s.cursor - t.logBase
+	if i >= len(t.log) {
+		return nil
+	}
+	evs := append([]logEntry(nil), t.log[i:]...)
+	s.cursor = t.logBase + len(t.log)
+	t.trimLocked()
+	return evs
+}
+
+// TaskInfo is a read-only summary of one stored task for the local admin
+// surface (Server.Tasks). JSON names are meshtray's snake_case.
+type TaskInfo struct {
+	ID      string        `json:"id"`
+	Owner   string        `json:"owner"`  // grant ID, or "local"
+	Caller  string        `json:"caller"` // the grant's display name
+	State   a2a.TaskState `json:"state"`
+	Summary string        `json:"summary"`
+	Created time.Time     `json:"created"`
+	Updated time.Time     `json:"updated"`
+}
+
+func sortTaskInfos(ts []TaskInfo) {
+	slices.SortFunc(ts, func(a, b TaskInfo) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
