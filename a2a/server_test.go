@@ -820,9 +820,9 @@ type recorder struct {
 	buf    bytes.Buffer
 }
 
-func newRecorder() *recorder                { return &recorder{hdr: http.Header{}} }
-func (r *recorder) Header() http.Header     { return r.hdr }
-func (r *recorder) WriteHeader(code int)    { r.status = code }
+func newRecorder() *recorder             { return &recorder{hdr: http.Header{}} }
+func (r *recorder) Header() http.Header  { return r.hdr }
+func (r *recorder) WriteHeader(code int) { r.status = code }
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.status = 200

@@ -30,7 +30,7 @@ type task struct {
 	artifacts       []*a2a.Artifact
 	updated         time.Time
 	approvedSummary string
-	value           any   // executor-private state across turns
+	value           any // executor-private state across turns
 	turns           int // executor turns started
 
 	// bytes is the caller-supplied message bytes kept; guarded by the
