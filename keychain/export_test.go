@@ -11,7 +11,7 @@ import (
 // same (service, user) -> password items, with hooks to make calls hang.
 type MapKeyring struct {
 	mu     sync.Mutex
-	items  map[[2]string]string // guarded by mu
+	items  map[[2]string]string  // guarded by mu
 	hook   func(op, user string) // guarded by mu; called before each op, outside mu
 	active int                   // guarded by mu: calls in progress
 	peak   int                   // guarded by mu: most calls in progress at once
