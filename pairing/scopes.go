@@ -1,0 +1,123 @@
+package pairing
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Valid reports whether s is one of ScopeAgent, ScopeNode, ScopeFull.
+func (s Scope) Valid() bool {
+	switch s {
+	case ScopeAgent, ScopeNode, ScopeFull:
+		return true
+	}
+	return false
+}
+
+// ParseScopes reads the comma-separated form Scopes.String writes
+// ("agent,node"); spaces around names are ignored. The result is sorted and
+// without duplicates; an unknown name is an error wrapping ErrInvalid. The
+// empty string gives an empty set.
+func ParseScopes(s string) (Scopes, error) {
+	var out Scopes
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		out = append(out, Scope(part))
+	}
+	return NormalizeScopes(out)
+}
+
+// NormalizeScopes validates s and returns a sorted copy without duplicates.
+// An unknown scope is an error wrapping ErrInvalid.
+func NormalizeScopes(s Scopes) (Scopes, error) {
+	if len(s) > 8 {
+		return nil, fmt.Errorf("%w: too many scopes", ErrInvalid)
+	}
+	out := make(Scopes, 0, len(s))
+	for _, sc := range s {
+		if !sc.Valid() {
+			return nil, fmt.Errorf("%w: unknown scope %q (want agent, node or full)", ErrInvalid, clip(string(sc), 16))
+		}
+		if !slices.Contains(out, sc) {
+			out = append(out, sc)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Without returns s minus scope x (a new slice).
+func (s Scopes) Without(x Scope) Scopes {
+	out := make(Scopes, 0, len(s))
+	for _, sc := range s {
+		if sc != x {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// Valid reports whether p is ask, allow or deny.
+func (p Policy) Valid() bool {
+	switch p {
+	case PolicyAsk, PolicyAllow, PolicyDeny:
+		return true
+	}
+	return false
+}
+
+// Length limits, in runes, for names and OS strings a peer gives us. They
+// keep every keychain item far below keychain.MaxItemSize and every popup
+// readable.
+const (
+	MaxNameLen = 64
+	MaxOSLen   = 64
+	MaxURLLen  = 256
+)
+
+// cleanText makes a string a stranger sent fit for a popup and a log line:
+// invalid UTF-8 replaced, control and bidirectional-override characters
+// dropped (they can make "evil" render as "live", Unicode TR #36 §2.1),
+// spaces collapsed at the ends, at most max runes.
+func cleanText(s string, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if n >= max {
+			break
+		}
+		if unicode.IsControl(r) || isBidiControl(r) || r == utf8.RuneError {
+			continue
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// isBidiControl reports the explicit directional formatting characters of
+// Unicode UAX #9 §2 (embeddings, overrides, isolates, marks).
+func isBidiControl(r rune) bool {
+	switch {
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069,
+		r == 0x200E, r == 0x200F, r == 0x061C:
+		return true
+	}
+	return false
+}
+
+// clip shortens untrusted s to at most n runes of clean text for an error
+// message.
+func clip(s string, n int) string {
+	c := cleanText(s, n)
+	if len(c) < len(s) {
+		return c + "…"
+	}
+	return c
+}
