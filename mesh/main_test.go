@@ -1,0 +1,122 @@
+package mesh
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain re-executes the test binary with the Tailscale knobs that keep
+// tsnet off the host's gateway and addresses (they are read at package
+// init, so they must be in the environment before the process starts), then
+// runs the tests under goleak.
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "" &&
+		(os.Getenv("TS_DISABLE_PORTMAPPER") != "1" || os.Getenv("TS_DEBUG_OMIT_LOCAL_ADDRS") != "1") {
+		env := append(os.Environ(), "TS_DISABLE_PORTMAPPER=1", "TS_DEBUG_OMIT_LOCAL_ADDRS=1")
+		exe, err := os.Executable()
+		if err == nil {
+			err = syscall.Exec(exe, os.Args, env)
+		}
+		fmt.Fprintln(os.Stderr, "mesh tests: re-exec with TS_DISABLE_PORTMAPPER=1 TS_DEBUG_OMIT_LOCAL_ADDRS=1:", err)
+		os.Exit(2)
+	}
+	goleak.VerifyTestMain(m, leakIgnores()...)
+}
+
+// testIdentity is a self-signed ECDSA P-256 certificate standing in for
+// pairing's identity (which has not landed in this package's dependencies
+// yet): CN and DNS SAN "meshtray", no IP SANs, as ARCHITECTURE.md says.
+type testIdentity struct {
+	cert tls.Certificate
+	fp   string
+	id   string
+}
+
+func newTestIdentity(t testing.TB) testIdentity {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "meshtray"},
+		DNSNames:     []string{"meshtray"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := Fingerprint(der)
+	id, _ := testDeviceID(fp)
+	return testIdentity{cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, fp: fp, id: id}
+}
+
+// testDeviceID stands in for pairing.DeviceID(fp).String(): a function of
+// the fingerprint alone, so the id-binding check is exercised.
+func testDeviceID(fp string) (string, error) {
+	if !isFP(fp) {
+		return "", fmt.Errorf("bad fp")
+	}
+	u := strings.ToUpper(fp)
+	return u[:7] + "-" + u[7:14] + "-" + u[14:21], nil
+}
+
+// serveHello serves HelloHandler over TLS with id's certificate on ln until
+// the test ends.
+func serveHello(t testing.TB, ln net.Listener, id testIdentity, hello func() Hello) *http.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("GET "+HelloPath, HelloHandler(hello))
+	return serveTLS(t, ln, id, mux)
+}
+
+// serveTLS serves h over TLS with id's certificate on ln until the test ends.
+func serveTLS(t testing.TB, ln net.Listener, id testIdentity, h http.Handler) *http.Server {
+	t.Helper()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	tln := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{id.cert}, MinVersion: tls.VersionTLS12})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(tln)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return srv
+}
+
+// waitFor polls cond until it holds or d passes (no sleeps as
+// synchronisation: the poll has a deadline and a reason).
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

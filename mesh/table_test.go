@@ -1,0 +1,306 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a settable clock for expiry tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func drained(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestTableMergeBySource(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	paired := map[string]bool{}
+	tb := newTable(clk.now, func(id string) bool { return paired[id] }, nil, DefaultPort)
+	a := newTestIdentity(t)
+	ch, cancel := tb.Subscribe()
+	defer cancel()
+
+	h := helloOf(a, "laptop")
+	if err := tb.upsert(h, SourceMDNS, "https", []string{"198.18.7.2:47654"}, time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !drained(ch) {
+		t.Fatal("no notification for a new row")
+	}
+	clk.add(time.Second)
+	if err := tb.upsert(h, SourceTailscale, "https", []string{"100.64.0.2:47654"}, 0, "laptop.tail.ts.net"); err != nil {
+		t.Fatal(err)
+	}
+	paired[a.id] = true
+	snap := tb.Snapshot()
+	if len(snap) != 1 {
+		t.Fatalf("%d rows, want 1: %+v", len(snap), snap)
+	}
+	p := snap[0]
+	if !slices.Equal(p.Sources, []Source{SourceMDNS, SourceTailscale}) || !p.Online || !p.Paired ||
+		p.TailnetNode != "laptop.tail.ts.net" || p.Addrs[SourceMDNS][0] != "198.18.7.2:47654" ||
+		p.Addrs[SourceTailscale][0] != "100.64.0.2:47654" || !p.LastSeen.Equal(clk.now()) {
+		t.Fatalf("merged row %+v", p)
+	}
+
+	// A refresh of an unchanged sighting does not notify; a change does.
+	drained(ch)
+	if !tb.refresh(a.id, SourceMDNS, time.Minute) || drained(ch) {
+		t.Fatal("refresh should succeed silently")
+	}
+	h2 := h
+	h2.A2A = true
+	tb.updateHello(h2)
+	if !drained(ch) {
+		t.Fatal("no notification for an A2A change")
+	}
+	if p, _ := tb.Get(a.id); !p.A2A {
+		t.Fatal("A2A not updated")
+	}
+
+	// Mutating a snapshot does not reach the table.
+	snap[0].Addrs[SourceMDNS][0] = "x"
+	snap[0].Sources[0] = "y"
+	if p, _ := tb.Get(a.id); p.Addrs[SourceMDNS][0] != "198.18.7.2:47654" || p.Sources[0] != SourceMDNS {
+		t.Fatal("snapshot aliases the table")
+	}
+
+	// The mDNS sighting expires; the tailnet one stays.
+	clk.add(2 * time.Minute)
+	tb.expire()
+	p, ok := tb.Get(a.id)
+	if !ok || !slices.Equal(p.Sources, []Source{SourceTailscale}) {
+		t.Fatalf("after expiry: %+v %v", p, ok)
+	}
+	tb.setOnline(a.id, SourceTailscale, false)
+	if p, _ := tb.Get(a.id); p.Online {
+		t.Fatal("still online")
+	}
+	tb.drop(a.id, SourceTailscale)
+	if _, ok := tb.Get(a.id); ok {
+		t.Fatal("row without sources should be gone")
+	}
+}
+
+func TestTableRefusesConflictingFingerprint(t *testing.T) {
+	t.Parallel()
+	tb := newTable(nil, nil, nil, DefaultPort)
+	a, b := newTestIdentity(t), newTestIdentity(t)
+	if err := tb.upsert(helloOf(a, "a"), SourceMDNS, "https", []string{"198.18.7.2:1"}, time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	spoof := helloOf(b, "a")
+	spoof.ID = a.id
+	if err := tb.upsert(spoof, SourceTailscale, "https", []string{"198.18.7.9:1"}, 0, ""); !errors.Is(err, ErrConflict) {
+		t.Fatalf("err = %v, want ErrConflict", err)
+	}
+	tb.updateHello(spoof)
+	if p, _ := tb.Get(a.id); p.FP != a.fp || len(p.Sources) != 1 {
+		t.Fatalf("row changed by a spoof: %+v", p)
+	}
+}
+
+func TestTableBounds(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	tb := newTable(clk.now, nil, nil, DefaultPort)
+	ids := make([]testIdentity, maxRows+1)
+	for i := range ids {
+		ids[i] = newTestIdentity(t)
+	}
+	addrs := make([]string, 20)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("198.18.7.%d:47654", i+1)
+	}
+	for i := range maxRows {
+		clk.add(time.Millisecond)
+		if err := tb.upsert(helloOf(ids[i], "n"), SourceMDNS, "https", addrs, time.Minute, ""); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	if p, _ := tb.Get(ids[0].id); len(p.Addrs[SourceMDNS]) != maxAddrs {
+		t.Fatalf("%d addresses kept, want %d", len(p.Addrs[SourceMDNS]), maxAddrs)
+	}
+	last := ids[maxRows]
+	if err := tb.upsert(helloOf(last, "n"), SourceMDNS, "https", addrs[:1], time.Minute, ""); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("err = %v, want ErrTableFull (every row online)", err)
+	}
+	// An offline row makes room: the least recently seen offline one goes.
+	tb.setOnline(ids[5].id, SourceMDNS, false)
+	tb.setOnline(ids[9].id, SourceMDNS, false)
+	if err := tb.upsert(helloOf(last, "n"), SourceMDNS, "https", addrs[:1], time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tb.Get(ids[5].id); ok {
+		t.Fatal("the oldest offline row should have been evicted")
+	}
+	if _, ok := tb.Get(ids[9].id); !ok {
+		t.Fatal("only one row should have been evicted")
+	}
+	if n := len(tb.Snapshot()); n != maxRows {
+		t.Fatalf("%d rows, want %d", n, maxRows)
+	}
+}
+
+func TestTableSubscribeCoalesces(t *testing.T) {
+	t.Parallel()
+	tb := newTable(nil, nil, nil, DefaultPort)
+	ch, cancel := tb.Subscribe()
+	for i := range 50 {
+		id := newTestIdentity(t)
+		if err := tb.upsert(helloOf(id, "n"), SourceManual, "https", []string{fmt.Sprint("198.18.7.1:", i+1)}, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ch) != 1 || !drained(ch) || drained(ch) {
+		t.Fatal("50 changes should leave exactly one pending notification")
+	}
+	cancel()
+	cancel() // idempotent
+	tb.upsert(helloOf(newTestIdentity(t), "n"), SourceManual, "https", []string{"198.18.7.1:9"}, 0, "")
+	if drained(ch) {
+		t.Fatal("notified after cancel")
+	}
+}
+
+// TestAddManual adds peers by URL against real HTTPS servers on loopback.
+func TestAddManual(t *testing.T) {
+	t.Parallel()
+	self, peer := newTestIdentity(t), newTestIdentity(t)
+	d := New(Options{
+		Self:        func() Hello { return helloOf(self, "self") },
+		NoTailscale: true,
+		DeviceID:    testDeviceID,
+		Timing:      Timing{ProbeTimeout: 2 * time.Second},
+	})
+	peerLn := listenLoopback(t)
+	serveHello(t, peerLn, peer, func() Hello { return helloOf(peer, "desktop") })
+	selfLn := listenLoopback(t)
+	serveHello(t, selfLn, self, func() Hello { return helloOf(self, "self") })
+
+	ctx := context.Background()
+	p, err := d.Table().AddManual(ctx, "https://"+peerLn.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID != peer.id || p.Name != "desktop" || !slices.Equal(p.Sources, []Source{SourceManual}) || !p.Online {
+		t.Fatalf("manual row %+v", p)
+	}
+	if _, err := d.Table().AddManual(ctx, "https://"+selfLn.Addr().String()); !errors.Is(err, ErrSelf) {
+		t.Fatalf("adding self: %v, want ErrSelf", err)
+	}
+	if _, err := d.Table().AddManual(ctx, "http://"+peerLn.Addr().String()); err == nil {
+		t.Fatal("plain http to a TLS server should fail")
+	}
+	if _, err := d.Table().AddManual(ctx, "https://192.0.2.1/?x=1"); !errors.Is(err, ErrBadURL) {
+		t.Fatalf("bad URL: %v", err)
+	}
+	if !d.Table().Remove(peer.id) || d.Table().Remove(peer.id) {
+		t.Fatal("Remove should succeed once")
+	}
+	if len(d.Table().Snapshot()) != 0 {
+		t.Fatal("table not empty")
+	}
+}
+
+func TestLANInterfacesExcludeLoopbackAndTailnet(t *testing.T) {
+	t.Parallel()
+	ifaces, addrs, err := lanInterfaces(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || (a.Is4() && a.As4()[0] == 100 && a.As4()[1]&0xc0 == 64) {
+			t.Errorf("LAN address %v should be excluded", a)
+		}
+	}
+	for _, i := range ifaces {
+		if i.Flags&net.FlagLoopback != 0 || i.Flags&net.FlagMulticast == 0 || i.Flags&net.FlagUp == 0 {
+			t.Errorf("mDNS interface %v should be excluded", i.Name)
+		}
+	}
+	if ifaces, addrs, _ := lanInterfaces([]string{"no-such-if0"}); len(ifaces)+len(addrs) != 0 {
+		t.Fatalf("restricting to a missing interface leaves %v %v", ifaces, addrs)
+	}
+}
+
+func TestTXTRoundTripAndBounds(t *testing.T) {
+	t.Parallel()
+	id := newTestIdentity(t)
+	h := helloOf(id, "Åsa's laptop")
+	h.A2A = true
+	r, ok := parseTXT(buildTXT(h))
+	if !ok || r.id != h.ID || r.fp != h.FP || r.name != h.Name || r.os != h.OS || !r.a2a || r.v != ProtocolVersion {
+		t.Fatalf("round trip: %+v %v", r, ok)
+	}
+	many := buildTXT(h)
+	for len(many) <= maxTXTStrings {
+		many = append(many, "x=y")
+	}
+	if _, ok := parseTXT(many); ok {
+		t.Fatal("too many TXT strings accepted")
+	}
+	big := append(buildTXT(h), "pad="+string(make([]byte, 250)), "pad2="+string(make([]byte, 250)),
+		"pad3="+string(make([]byte, 250)), "pad4="+string(make([]byte, 250)), "pad5="+string(make([]byte, 250)))
+	if _, ok := parseTXT(big); ok {
+		t.Fatal("oversized TXT accepted")
+	}
+	if _, ok := parseTXT([]string{"id=../x", "fp=" + id.fp}); ok {
+		t.Fatal("bad id accepted")
+	}
+	if n := instanceName(Hello{ID: id.id, Name: "a.b\\c" + string(make([]byte, 80))}); len(n) > 63 {
+		t.Fatalf("instance name %d bytes", len(n))
+	}
+}
+
+func TestTailscaleStateStrings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		backend string
+		key     bool
+		want    string
+	}{
+		{"Running", true, "running"},
+		{"NeedsLogin", false, "logged out"},
+		{"NeedsLogin", true, "needs login"},
+		{"NeedsMachineAuth", true, "needs approval"},
+		{"Stopped", true, "stopped"},
+		{"Starting", true, "starting"},
+		{"NoState", false, "starting"},
+		{"InUseOtherUser", false, "in use by another user"},
+		{"Bogus", false, "unknown"},
+	}
+	for _, tt := range tests {
+		st := tailscaleStateOf(tt.backend, tt.key)
+		if st.String() != tt.want {
+			t.Errorf("%s/%v: %q, want %q", tt.backend, tt.key, st, tt.want)
+		}
+		b, _ := st.MarshalText()
+		var back TailscaleState
+		if err := back.UnmarshalText(b); err != nil || back != st {
+			t.Errorf("text round trip of %v: %v %v", st, back, err)
+		}
+	}
+}
