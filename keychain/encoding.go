@@ -37,6 +37,12 @@ func decodeValue(s string) ([]byte, error) {
 	if !ok || len(s) > encodedMax {
 		return nil, errBadEncoding
 	}
+	// encoding/ascii85 skips spaces and control characters; we wrote none.
+	for i := 0; i < len(body); i++ {
+		if c := body[i]; (c < '!' || c > 'u') && c != 'z' {
+			return nil, errBadEncoding
+		}
+	}
 	// Each 5 characters decode to at most 4 bytes; "z" (4 zero bytes) is 1.
 	dst := make([]byte, 4*len(body))
 	n, _, err := ascii85.Decode(dst, []byte(body), true)

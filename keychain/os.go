@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -411,19 +412,27 @@ func (s *OS) write(op string, fn func() error) error {
 	case <-t.C:
 		return s.timeoutErr(op, "another write of this process")
 	}
+	// state: waiting for the lock file -> running fn, or -> abandoned when
+	// the deadline passes first (then the goroutine must not run fn).
+	const waiting, running, abandoned = 0, 1, 2
+	var state atomic.Int32
 	done := make(chan error, 1)
 	go func() {
 		defer func() { <-s.sem }()
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		ok, err := s.lock.TryLockContext(ctx, lockRetry)
 		cancel()
-		if !ok || err != nil {
-			if err == nil || errors.Is(err, context.DeadlineExceeded) {
-				err = s.timeoutErr(op, "lock file "+s.lock.Path()+", held by another process")
-			} else {
+		if err != nil || !ok {
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				err = fmt.Errorf("keychain: lock %s: %w", s.lock.Path(), err)
+			} else {
+				err = s.timeoutErr(op, "lock file "+s.lock.Path()+", held by another process")
 			}
 			done <- err
+			return
+		}
+		if !state.CompareAndSwap(waiting, running) {
+			_ = s.lock.Unlock() // the caller has given up: write nothing
 			return
 		}
 		err = fn()
@@ -436,6 +445,9 @@ func (s *OS) write(op string, fn func() error) error {
 	case err := <-done:
 		return err
 	case <-t.C:
+		if state.CompareAndSwap(waiting, abandoned) {
+			return s.timeoutErr(op, "lock file "+s.lock.Path()+", held by another process")
+		}
 		return s.timeoutErr(op, "")
 	}
 }
