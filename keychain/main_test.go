@@ -161,4 +161,4 @@ func childResultOf(t *testing.T, out []byte) childResult {
 	return r
 }
 
-func lockPath(t *testing.T) string { return filepath.Join(t.TempDir(), "keychain.lock") }
+func lockPath(t testing.TB) string { return filepath.Join(t.TempDir(), "keychain.lock") }

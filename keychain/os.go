@@ -95,8 +95,11 @@ var _ Store = (*OS)(nil)
 // un-indexes it and returns nil). Callers walking Keys must treat ErrNotFound
 // from Get as "gone". Keys never lists a key that was never Set.
 //
-// OpenOS probes the backend (set, get and delete of a random reserved item)
-// within ProbeTimeout and reads the index. When the keychain cannot be used
+// On Linux and BSD, OpenOS first checks there is a session bus (as godbus
+// looks for one); without one it fails instead of letting godbus autolaunch
+// a dbus-daemon that would outlive meshtray. It then probes the backend
+// (set, get and delete of a random reserved item) within ProbeTimeout and
+// reads the index. When the keychain cannot be used
 // it returns an error wrapping ErrUnavailable that names the reason ("no
 // Secret Service on the session bus", "the login collection is locked", "no
 // answer within 5s", ...). Every later call is bounded by CallTimeout.
@@ -113,6 +116,11 @@ func openOS(service, lockPath string, kr backend, probeTimeout, timeout time.Dur
 	}
 	if err := os.MkdirAll(filepath.Dir(lockPath), 0o700); err != nil {
 		return nil, fmt.Errorf("keychain: lock file directory: %w", err)
+	}
+	if _, real := kr.(goKeyring); real {
+		if err := sessionBusCheck(); err != nil {
+			return nil, err
+		}
 	}
 	s := &OS{
 		service: service,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -193,6 +194,56 @@ func TestOpenOSUnavailable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenOSDoesNotAutolaunchABus checks that with no session bus at all
+// OpenOS fails at once instead of letting godbus run dbus-launch, which
+// leaves a dbus-daemon and a gnome-keyring-daemon running after meshtray.
+func TestOpenOSDoesNotAutolaunchABus(t *testing.T) {
+	t.Parallel()
+	run := fmt.Sprintf("/run/user/%d", os.Getuid())
+	for _, f := range []string{"bus", "dbus-session"} {
+		if _, err := os.Stat(filepath.Join(run, f)); err == nil {
+			t.Skipf("%s/%s exists: this machine has a real session bus, which this test must not touch", run, f)
+		}
+	}
+	// Every process the child starts inherits the marker; after it exits,
+	// none may be left.
+	marker := "MESHTRAY_TEST_MARKER=" + keychaintest.ServiceName(t)
+	env := append(slices.DeleteFunc(envWithoutBus(), func(kv string) bool {
+		return strings.HasPrefix(kv, "DISPLAY=") || strings.HasPrefix(kv, "HOME=")
+	}), marker, "HOME="+t.TempDir()) // should anything start, it writes there
+	r := childResultOf(t, runChild(t, "open-os", env, "CHILD_SERVICE=meshtray-test", "CHILD_LOCK="+lockPath(t)))
+	t.Logf("OpenOS: %s", r.Err)
+	if left := processesWith(marker); len(left) > 0 {
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		t.Errorf("processes %v started by OpenOS outlived it", left)
+	}
+	if r.Opened || !r.Unavailable || !strings.Contains(r.Err, "DBUS_SESSION_BUS_ADDRESS is unset") {
+		t.Fatalf("OpenOS without a session bus = %q, want ErrUnavailable naming the unset address", r.Err)
+	}
+}
+
+// processesWith returns the live processes whose environment holds kv.
+func processesWith(kv string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || len(env) == 0 { // gone, or a zombie (nothing left to stop)
+			continue
+		}
+		if slices.Contains(strings.Split(string(env), "\x00"), kv) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // TestOSCallTimeoutRealService freezes a real gnome-keyring-daemon under an

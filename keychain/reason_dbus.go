@@ -6,10 +6,34 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/godbus/dbus/v5"
 )
+
+// sessionBusCheck fails when this process has no session bus to talk to.
+// Without one, godbus (dbus.SessionBus, used by go-keyring) runs
+// `dbus-launch --autolaunch`, which forks a session dbus-daemon and, through
+// activation, a gnome-keyring-daemon that both outlive meshtray (seen here:
+// a headless `meshtray serve` over SSH would leave them running). So we look
+// where godbus looks (DBUS_SESSION_BUS_ADDRESS, then /run/user/<uid>/bus and
+// /run/user/<uid>/dbus-session, conn_other.go) and refuse before it
+// autolaunches.
+func sessionBusCheck() error {
+	if a := os.Getenv("DBUS_SESSION_BUS_ADDRESS"); a != "" && a != "autolaunch:" {
+		return nil
+	}
+	run := filepath.Join("/run/user", strconv.Itoa(os.Getuid()))
+	for _, name := range []string{"bus", "dbus-session"} {
+		if _, err := os.Stat(filepath.Join(run, name)); err == nil {
+			return nil
+		}
+	}
+	return &unavailableError{op: "probe", reason: "no D-Bus session bus: DBUS_SESSION_BUS_ADDRESS is unset and there is no " +
+		run + "/bus (meshtray does not autolaunch one: it would outlive meshtray); use --keychain file, or run in a desktop session"}
+}
 
 // These platforms use go-keyring's Secret Service provider (the same build
 // constraint as its keyring_unix.go), which talks D-Bus through godbus.

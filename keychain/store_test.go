@@ -19,15 +19,15 @@ import (
 // opens a second Store on the same data, as a restarted process would.
 type backend struct {
 	name string
-	open func(t *testing.T) (ks keychain.Store, reopen func() keychain.Store)
+	open func(t testing.TB) (ks keychain.Store, reopen func() keychain.Store)
 }
 
 func backends() []backend {
 	return []backend{
-		{"memory", func(t *testing.T) (keychain.Store, func() keychain.Store) {
+		{"memory", func(t testing.TB) (keychain.Store, func() keychain.Store) {
 			return keychain.NewMemory(), nil
 		}},
-		{"file", func(t *testing.T) (keychain.Store, func() keychain.Store) {
+		{"file", func(t testing.TB) (keychain.Store, func() keychain.Store) {
 			path := filepath.Join(t.TempDir(), "state", "keychain.json")
 			open := func() keychain.Store {
 				ks, err := keychain.OpenFile(path)
@@ -38,7 +38,7 @@ func backends() []backend {
 			}
 			return open(), open
 		}},
-		{"os-secret-service", func(t *testing.T) (keychain.Store, func() keychain.Store) {
+		{"os-secret-service", func(t testing.TB) (keychain.Store, func() keychain.Store) {
 			keychaintest.Require(t)
 			service, lock := keychaintest.ServiceName(t), lockPath(t)
 			open := func() keychain.Store {
@@ -50,7 +50,7 @@ func backends() []backend {
 			}
 			return open(), open
 		}},
-		{"os-double", func(t *testing.T) (keychain.Store, func() keychain.Store) {
+		{"os-double", func(t testing.TB) (keychain.Store, func() keychain.Store) {
 			kr, lock := keychain.NewMapKeyring(), lockPath(t)
 			open := func() keychain.Store {
 				ks, err := keychain.OpenOSOn(kr, "meshtray", lock, time.Second, 5*time.Second)

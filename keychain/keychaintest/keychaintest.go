@@ -14,8 +14,14 @@
 //
 // and in tests:
 //
-//	svc := keychaintest.Require(t) // fails unless Main started it
+//	keychaintest.Require(t) // fails unless Main started it
 //	ks, err := keychain.OpenOS(keychaintest.ServiceName(t), filepath.Join(t.TempDir(), "keychain.lock"))
+//
+// ServiceName gives each test its own items, so tests may run in parallel
+// on the one service. A child process (a meshtray binary under test, or this
+// test binary re-executed) started with os.Environ() or Require(t).Env()
+// talks to the same service. For a child that needs its own (to freeze or
+// lock it), StartPrivate; for a bus with no Secret Service at all, StartBus.
 //
 // Main starts the service, sets DBUS_SESSION_BUS_ADDRESS for this process
 // (so child processes started with os.Environ() use the same service),
