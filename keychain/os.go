@@ -125,14 +125,13 @@ func openOS(service, lockPath string, kr backend, probeTimeout, timeout time.Dur
 	s := &OS{
 		service: service,
 		kr:      kr,
-		timeout: probeTimeout,
+		timeout: timeout,
 		sem:     make(chan struct{}, 1),
 		lock:    flock.New(lockPath),
 	}
-	if err := s.probe(); err != nil {
+	if err := s.probe(probeTimeout); err != nil {
 		return nil, err
 	}
-	s.timeout = timeout
 	if _, err := s.Keys(""); err != nil {
 		return nil, err
 	}
@@ -140,26 +139,26 @@ func openOS(service, lockPath string, kr backend, probeTimeout, timeout time.Dur
 }
 
 // probe writes, reads back and deletes a random reserved item.
-func (s *OS) probe() error {
+func (s *OS) probe(timeout time.Duration) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	key := reservedPrefix + "probe." + hex.EncodeToString(b[:])
 	want := encodeValue(b[:])
-	err := s.bounded("probe", func() error {
+	_, err := bounded(s, "probe", timeout, func() (struct{}, error) {
 		if err := s.kr.Set(s.service, key, want); err != nil {
-			return fmt.Errorf("write: %w", err)
+			return struct{}{}, fmt.Errorf("write: %w", err)
 		}
 		got, err := s.kr.Get(s.service, key)
 		if err != nil {
-			return fmt.Errorf("read back: %w", err)
+			return struct{}{}, fmt.Errorf("read back: %w", err)
 		}
 		if err := s.kr.Delete(s.service, key); err != nil {
-			return fmt.Errorf("delete: %w", err)
+			return struct{}{}, fmt.Errorf("delete: %w", err)
 		}
 		if got != want {
-			return errors.New("read back a different value than written")
+			return struct{}{}, errors.New("read back a different value than written")
 		}
-		return nil
+		return struct{}{}, nil
 	})
 	if err != nil && !errors.Is(err, ErrUnavailable) {
 		err = &unavailableError{op: "probe", reason: unavailableReason(err), err: err}
@@ -173,13 +172,7 @@ func (s *OS) Get(key string) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	var value []byte
-	err := s.bounded("get", func() error {
-		var err error
-		value, err = s.get(key)
-		return err
-	})
-	return value, err
+	return bounded(s, "get", s.timeout, func() ([]byte, error) { return s.get(key) })
 }
 
 // Set stores value under key and indexes the key; ErrTooBig over
@@ -226,23 +219,17 @@ func (s *OS) Delete(key string) error {
 // Keys returns the indexed keys starting with prefix, sorted (see OpenOS for
 // how the index and the items can disagree).
 func (s *OS) Keys(prefix string) ([]string, error) {
-	var keys []string
-	err := s.bounded("keys", func() error {
-		parts, err := s.readIndex()
-		if err != nil {
-			return err
-		}
-		for _, p := range parts {
-			for _, k := range p {
-				if strings.HasPrefix(k, prefix) {
-					keys = append(keys, k)
-				}
-			}
-		}
-		return nil
-	})
+	parts, err := bounded(s, "keys", s.timeout, s.readIndex)
 	if err != nil {
 		return nil, err
+	}
+	var keys []string
+	for _, p := range parts {
+		for _, k := range p {
+			if strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+			}
+		}
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
@@ -391,19 +378,27 @@ func (e *unavailableError) Is(target error) bool {
 
 func (e *unavailableError) Unwrap() error { return e.err }
 
-// bounded runs fn on its own goroutine and waits at most s.timeout for it.
+// bounded runs fn on its own goroutine and waits at most timeout for it.
 // On timeout fn keeps running until go-keyring returns; its result is
 // dropped.
-func (s *OS) bounded(op string, fn func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	t := time.NewTimer(s.timeout)
+func bounded[T any](s *OS, op string, timeout time.Duration, fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		done <- result{v, err}
+	}()
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.v, r.err
 	case <-t.C:
-		return s.timeoutErr(op, "")
+		var zero T
+		return zero, s.timeoutAfter(op, timeout, "")
 	}
 }
 
@@ -460,10 +455,12 @@ func (s *OS) write(op string, fn func() error) error {
 	}
 }
 
-func (s *OS) timeoutErr(op, waiting string) error {
-	reason := fmt.Sprintf("no answer within %v (a password prompt may be waiting)", s.timeout)
+func (s *OS) timeoutErr(op, waiting string) error { return s.timeoutAfter(op, s.timeout, waiting) }
+
+func (s *OS) timeoutAfter(op string, d time.Duration, waiting string) error {
+	reason := fmt.Sprintf("no answer within %v (a password prompt may be waiting)", d)
 	if waiting != "" {
-		reason = fmt.Sprintf("gave up after %v waiting for %s", s.timeout, waiting)
+		reason = fmt.Sprintf("gave up after %v waiting for %s", d, waiting)
 	}
 	return &unavailableError{op: op, reason: reason, timeout: true}
 }
