@@ -43,7 +43,9 @@ type Options struct {
 	Tailscale LocalAPI
 	// NoTailscale turns the Tailscale watcher off.
 	NoTailscale bool
-	// Dial dials peers for hello probes. nil: net.Dialer.
+	// Dial dials tailnet addresses (tsaddr.IsTailscaleIP) for hello probes,
+	// e.g. a tsnet.Server's Dial; other addresses use a net.Dialer. nil: a
+	// net.Dialer for all (the system tailscaled routes the tailnet).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// LAN is the initial "reachable on local network" switch: mDNS
 	// advertising and browsing run only while it is on (SetLAN).
@@ -488,6 +490,9 @@ func (d *Discovery) recheck() {
 				return
 			}
 			d.table.updateHello(h)
+			if tg.src == SourceTailscale && !d.tsPeerOnline(tg.id) {
+				return // control says offline meanwhile
+			}
 			d.table.setOnline(tg.id, tg.src, true)
 		})
 	}

@@ -213,9 +213,9 @@ func helperNode(name string) int {
 // helperTB lets test helpers run in a child process, outside a test.
 type helperTB struct{ testing.TB }
 
-func (helperTB) Helper()            {}
-func (helperTB) Cleanup(func())     {}
-func (helperTB) Fatal(args ...any)  { fmt.Fprintln(os.Stderr, args...); os.Exit(1) }
+func (helperTB) Helper()           {}
+func (helperTB) Cleanup(func())    {}
+func (helperTB) Fatal(args ...any) { fmt.Fprintln(os.Stderr, args...); os.Exit(1) }
 func (helperTB) Fatalf(f string, args ...any) {
 	fmt.Fprintf(os.Stderr, f+"\n", args...)
 	os.Exit(1)

@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
+
+	"tailscale.com/net/tsaddr"
 )
 
 // prober fetches GET /mesh/hello from an address and checks it: the body is a
@@ -28,10 +31,16 @@ type prober struct {
 const maxConcurrentProbes = 8
 
 func newProber(o *Options) *prober {
-	dial := o.Dial
-	if dial == nil {
-		d := &net.Dialer{}
-		dial = d.DialContext
+	std := (&net.Dialer{}).DialContext
+	dial := std
+	if o.Dial != nil {
+		tailnet := o.Dial
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if ap, err := netip.ParseAddrPort(addr); err == nil && tsaddr.IsTailscaleIP(ap.Addr()) {
+				return tailnet(ctx, network, addr)
+			}
+			return std(ctx, network, addr)
+		}
 	}
 	return &prober{
 		tlsConfig: o.TLSConfig,

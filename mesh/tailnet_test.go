@@ -48,23 +48,26 @@ var tailnetTiming = Timing{
 	RetryMax:     500 * time.Millisecond,
 }
 
-// loopbackPackets makes stuntest bind 127.0.0.1 instead of every address.
-type loopbackPackets struct{}
+// hostPackets makes stuntest bind one address instead of every address.
+type hostPackets string
 
-func (loopbackPackets) ListenPacket(ctx context.Context, network, _ string) (net.PacketConn, error) {
+func (h hostPackets) ListenPacket(ctx context.Context, network, _ string) (net.PacketConn, error) {
 	var lc net.ListenConfig
-	return lc.ListenPacket(ctx, "udp4", "127.0.0.1:0")
+	return lc.ListenPacket(ctx, "udp4", net.JoinHostPort(string(h), "0"))
 }
 
 var netnsOnce sync.Once
 
-func startTestControl(t testing.TB) string {
+// startTestControl starts DERP, STUN and testcontrol bound to host (a
+// loopback address, or the bridge address inside a test namespace) and
+// returns the control URL.
+func startTestControl(t testing.TB, host string) (string, *testcontrol.Server) {
 	t.Helper()
 	// As tsnet's own tests do: no SO_MARK/bind-to-interface for test sockets.
 	netnsOnce.Do(func() { netns.SetEnabled(false) })
 
 	d := derpserver.New(key.NewNode(), logger.Discard)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +77,7 @@ func startTestControl(t testing.TB) string {
 	derpSrv.Config.ErrorLog = log.New(discardWriter{}, "", 0)
 	derpSrv.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	derpSrv.StartTLS()
-	stunAddr, stunStop := stuntest.ServeWithPacketListener(t, loopbackPackets{})
+	stunAddr, stunStop := stuntest.ServeWithPacketListener(t, hostPackets(host))
 	t.Cleanup(func() {
 		derpSrv.CloseClientConnections()
 		derpSrv.Close()
@@ -84,9 +87,9 @@ func startTestControl(t testing.TB) string {
 	derpMap := &tailcfg.DERPMap{Regions: map[int]*tailcfg.DERPRegion{
 		1: {RegionID: 1, RegionCode: "test", Nodes: []*tailcfg.DERPNode{{
 			Name: "t1", RegionID: 1,
-			HostName: "127.0.0.1", IPv4: "127.0.0.1", IPv6: "none",
+			HostName: host, IPv4: host, IPv6: "none",
 			STUNPort: stunAddr.Port, DERPPort: ln.Addr().(*net.TCPAddr).Port,
-			InsecureForTests: true, STUNTestIP: "127.0.0.1",
+			InsecureForTests: true, STUNTestIP: host,
 		}}},
 	}}
 	ctl := &testcontrol.Server{
@@ -96,11 +99,17 @@ func startTestControl(t testing.TB) string {
 		DNSConfig:      &tailcfg.DNSConfig{Proxied: true},
 		Logf:           logger.Discard,
 	}
-	ctl.HTTPTestServer = httptest.NewUnstartedServer(ctl) // binds 127.0.0.1
+	ctlLn, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.HTTPTestServer = httptest.NewUnstartedServer(ctl)
+	ctl.HTTPTestServer.Listener.Close()
+	ctl.HTTPTestServer.Listener = ctlLn
 	ctl.HTTPTestServer.Config.ErrorLog = log.New(discardWriter{}, "", 0)
 	ctl.HTTPTestServer.Start()
 	t.Cleanup(ctl.HTTPTestServer.Close)
-	return ctl.HTTPTestServer.URL
+	return ctl.HTTPTestServer.URL, ctl
 }
 
 type discardWriter struct{}
@@ -137,7 +146,6 @@ func serveMeshtrayOnTailnet(t testing.TB, s *tsnet.Server, id testIdentity, name
 	serveHello(t, ln, id, func() Hello { return helloOf(id, name) })
 }
 
-
 func localClient(t testing.TB, s *tsnet.Server) *local.Client {
 	t.Helper()
 	lc, err := s.LocalClient()
@@ -152,7 +160,7 @@ func tsIPv4(s *tsnet.Server) netip.Addr { ip4, _ := s.TailscaleIPs(); return ip4
 func TestTailnetDiscovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	controlURL := startTestControl(t)
+	controlURL, ctl := startTestControl(t, "127.0.0.1")
 	a := startTSNode(t, ctx, controlURL, "alpha")
 	b := startTSNode(t, ctx, controlURL, "bravo")
 	c := startTSNode(t, ctx, controlURL, "charlie") // on the tailnet, no meshtray
@@ -166,6 +174,7 @@ func TestTailnetDiscovery(t *testing.T) {
 		Dial:      a.Dial,
 		DeviceID:  testDeviceID,
 		Timing:    tailnetTiming,
+		Logger:    testLogger(t),
 	})
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -232,6 +241,36 @@ func TestTailnetDiscovery(t *testing.T) {
 		if who := d.WhoIs(ctx, netip.AddrPortFrom(netip.MustParseAddr("100.64.99.99"), 1)); who != nil {
 			t.Fatalf("WhoIs(unknown tailnet addr) = %+v, want nil", who)
 		}
+	})
+
+	t.Run("control says offline", func(t *testing.T) {
+		// As production control does when a node disconnects: a patch to
+		// alpha's netmap. The IPN bus brings it, Status follows.
+		bst, err := localClient(t, b).StatusWithoutPeers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast, err := localClient(t, a).StatusWithoutPeers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := func(online bool) {
+			if !ctl.AddRawMapResponse(ast.Self.PublicKey, &tailcfg.MapResponse{
+				PeersChangedPatch: []*tailcfg.PeerChange{{NodeID: bst.Self.NodeID, Online: &online}},
+			}) {
+				t.Fatal("control did not queue the patch")
+			}
+		}
+		patch(false)
+		waitFor(t, 10*time.Second, "bravo offline after control's patch", func() bool {
+			p, ok := d.Table().Get(bID.id)
+			return ok && !p.Online && slices.Equal(p.Sources, []Source{SourceTailscale})
+		})
+		patch(true)
+		waitFor(t, 10*time.Second, "bravo back online (hello re-confirmed)", func() bool {
+			p, ok := d.Table().Get(bID.id)
+			return ok && p.Online
+		})
 	})
 
 	t.Run("offline", func(t *testing.T) {
@@ -327,7 +366,7 @@ func TestTailscaledAbsent(t *testing.T) {
 	}
 
 	// tailscaled comes up: the watcher reconnects and follows it.
-	controlURL := startTestControl(t)
+	controlURL, _ := startTestControl(t, "127.0.0.1")
 	node := startTSNode(t, ctx, controlURL, "late")
 	api.live.Store(localClient(t, node))
 	waitFor(t, 10*time.Second, "state running", func() bool { return d.TailscaleState() == TailscaleRunning })
@@ -335,4 +374,3 @@ func TestTailscaledAbsent(t *testing.T) {
 		t.Fatalf("tailnet addrs %v", d.Addrs().Tailnet)
 	}
 }
-

@@ -16,6 +16,7 @@ import (
 	"tailscale.com/ipn"
 	"tailscale.com/ipn/ipnstate"
 	"tailscale.com/net/tsaddr"
+	"tailscale.com/tailcfg"
 
 	"meshtray/pairing"
 )
@@ -109,6 +110,7 @@ func tailscaleStateOf(backend string, haveNodeKey bool) TailscaleState {
 
 // tsPeer is a tailnet peer as last seen in Status.
 type tsPeer struct {
+	nodeID tailcfg.NodeID
 	ips    []netip.Addr
 	online bool
 	node   string // MagicDNS name without the trailing dot, else host name
@@ -169,6 +171,7 @@ func (d *Discovery) tailscaleSession(ctx context.Context) error {
 				errc <- err
 				return
 			}
+			d.applyNotify(&n)
 			if n.State != nil || n.SelfChange != nil || n.LoginFinished != nil ||
 				len(n.PeersChanged) > 0 || len(n.PeersRemoved) > 0 || len(n.PeerChangedPatch) > 0 || n.NetMap != nil {
 				select {
@@ -178,6 +181,10 @@ func (d *Discovery) tailscaleSession(ctx context.Context) error {
 			}
 		}
 	}()
+	// Status is re-read on every bus kick, and every RetryMax as a safety
+	// net for changes the bus does not carry.
+	poll := time.NewTicker(d.opts.Timing.RetryMax)
+	defer poll.Stop()
 	defer func() {
 		w.Close()
 		<-errc
@@ -189,6 +196,11 @@ func (d *Discovery) tailscaleSession(ctx context.Context) error {
 		case err := <-errc:
 			errc <- err // for the deferred receive
 			return err
+		case <-poll.C:
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
 		case <-kick:
 			st, err := d.lc.Status(ctx)
 			if err != nil {
@@ -257,6 +269,7 @@ func (d *Discovery) applyStatus(st *ipnstate.Status) {
 			d.tsPeers[key] = p
 		}
 		wasOnline := p.online
+		p.nodeID = ps.NodeID
 		p.ips = slices.Clone(ps.TailscaleIPs)
 		p.online = ps.Online
 		p.node = strings.TrimSuffix(ps.DNSName, ".")
@@ -305,6 +318,48 @@ func (d *Discovery) applyStatus(st *ipnstate.Status) {
 	}
 }
 
+// applyNotify applies the peers' online flags an IPN bus message carries
+// (PeersChanged nodes, or patches), without waiting for Status: Status can
+// lag the bus by a moment.
+func (d *Discovery) applyNotify(n *ipn.Notify) {
+	type change struct {
+		id     string
+		online bool
+	}
+	var changes []change
+	d.mu.Lock()
+	set := func(match func(*tsPeer) bool, online bool) {
+		for _, p := range d.tsPeers {
+			if match(p) && p.online != online {
+				p.online = online
+				if p.id != "" {
+					changes = append(changes, change{p.id, online})
+				}
+			}
+		}
+	}
+	for _, node := range n.PeersChanged {
+		if node != nil && node.Online != nil {
+			nid := node.ID
+			set(func(p *tsPeer) bool { return p.nodeID == nid }, *node.Online)
+		}
+	}
+	for _, pc := range n.PeerChangedPatch {
+		if pc != nil && pc.Online != nil {
+			nid := pc.NodeID
+			set(func(p *tsPeer) bool { return p.nodeID == nid }, *pc.Online)
+		}
+	}
+	d.mu.Unlock()
+	for _, c := range changes {
+		if c.online {
+			d.recheckOne(c.id, SourceTailscale)
+		} else {
+			d.table.setOnline(c.id, SourceTailscale, false)
+		}
+	}
+}
+
 // probeTailnetPeer asks a tailnet peer for its hello on the default port.
 func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []string, node string) {
 	h, _, err := d.probeAddrs(ctx, "https", addrs, "")
@@ -348,6 +403,9 @@ func (d *Discovery) recheckOne(id string, src Source) {
 			return
 		}
 		d.table.updateHello(got)
+		if src == SourceTailscale && !d.tsPeerOnline(id) {
+			return // control says offline meanwhile
+		}
 		d.table.setOnline(id, src, true)
 	})
 }
