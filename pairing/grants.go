@@ -151,8 +151,7 @@ type Grants struct {
 	mu   sync.RWMutex
 	held map[string]Held // by canonical peer device ID; guarded by mu
 
-	subMu sync.Mutex
-	subs  map[chan struct{}]struct{} // guarded by subMu
+	changes notifier
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -170,7 +169,6 @@ func NewGrants(ks keychain.Store, logger *slog.Logger) (*Grants, error) {
 		ks:   ks,
 		log:  logger,
 		held: make(map[string]Held),
-		subs: make(map[chan struct{}]struct{}),
 		done: make(chan struct{}),
 	}
 	g.grants.Store(&map[string]*grantEntry{})
@@ -539,32 +537,9 @@ func (g *Grants) Rotate(id string) (string, error) {
 // channel has capacity 1 and a send never blocks, so a slow reader sees one
 // wake-up for many changes and re-reads List/ListHeld. cancel closes the
 // channel.
-func (g *Grants) Subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	g.subMu.Lock()
-	g.subs[ch] = struct{}{}
-	g.subMu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			g.subMu.Lock()
-			delete(g.subs, ch)
-			close(ch)
-			g.subMu.Unlock()
-		})
-	}
-}
+func (g *Grants) Subscribe() (<-chan struct{}, func()) { return g.changes.subscribe() }
 
-func (g *Grants) notify() {
-	g.subMu.Lock()
-	defer g.subMu.Unlock()
-	for ch := range g.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
+func (g *Grants) notify() { g.changes.notify() }
 
 // PutHeld stores a grant a peer gave us, replacing any earlier one from the
 // same peer. PeerID and Fingerprint must name the same certificate (a

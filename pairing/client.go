@@ -1,0 +1,518 @@
+package pairing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// PeerError is a peer's refusal of one of our pairing calls: its status
+// and its {"error"} text. It unwraps to this package's sentinel for the
+// status (401 ErrUnknownToken, 403 ErrBadCode on a claim, 404 ErrNoRequest,
+// 409 ErrIdentityChanged, 429 ErrRateLimited, ...), so callers use errors.Is.
+type PeerError struct {
+	Op      string // "claim", "status", "reciprocate", "whoami", "revoked"
+	Status  int
+	Message string // the peer's words, cleaned and cut
+	kind    error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("pairing: peer refused %s (HTTP %d): %s", e.Op, e.Status, e.Message)
+}
+
+func (e *PeerError) Unwrap() error { return e.kind }
+
+func peerError(op string, status int, msg string) *PeerError {
+	var kind error
+	switch status {
+	case http.StatusUnauthorized:
+		kind = ErrUnknownToken
+	case http.StatusForbidden:
+		kind = ErrScope
+		if op == "claim" {
+			kind = ErrBadCode
+		}
+	case http.StatusNotFound:
+		kind = ErrNoRequest
+	case http.StatusConflict:
+		kind = ErrIdentityChanged
+	case http.StatusGone:
+		kind = ErrExpired
+	case http.StatusTooManyRequests:
+		kind = ErrRateLimited
+	case http.StatusServiceUnavailable:
+		kind = ErrBusy
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		kind = ErrInvalid
+	}
+	return &PeerError{Op: op, Status: status, Message: clip(msg, 200), kind: kind}
+}
+
+// peerClient returns an HTTP client for a peer's base URL: HTTPS pinned to
+// fp, or plain HTTP to a loopback address (CheckPeerURL). It never
+// follows redirects (a token must not travel elsewhere).
+func peerClient(base, fp string) (*http.Client, error) {
+	base, err := CheckPeerURL(base)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // never hand pairing traffic to a proxy
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	if strings.HasPrefix(base, "https://") {
+		if fp == "" {
+			return nil, fmt.Errorf("%w: an https peer needs its certificate fingerprint to pin", ErrInvalid)
+		}
+		tr.TLSClientConfig = PinnedTLSConfig(fp)
+	}
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}
+
+// callJSON sends in (nil for none) to base+path with an optional bearer
+// token and decodes a 2xx JSON answer into out. A non-2xx answer is a
+// *PeerError; resp is returned for Grants.Refused.
+func callJSON(ctx context.Context, c *http.Client, op, method, base, path, token string, in, out any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("pairing: %s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBody))
+	if err != nil {
+		return resp, fmt.Errorf("pairing: %s: read answer: %w", op, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		json.Unmarshal(b, &e)
+		return resp, peerError(op, resp.StatusCode, e.Error)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp, fmt.Errorf("pairing: %s: answer is not JSON: %w", op, err)
+		}
+	}
+	return resp, nil
+}
+
+// JoinOptions configure Join (`meshtray pair --join`).
+type JoinOptions struct {
+	// URL is the pairing URL the other device shows
+	// (https://host:port/pair#c=CODE&fp=FP), or its base URL with Code and
+	// FP set. Plain http is accepted only to a loopback address.
+	URL  string
+	Code string // overrides the URL's c
+	FP   string // overrides the URL's fp; required for https (the pin)
+
+	Identity *Identity // this device: required
+	Grants   *Grants   // this device's store: the received grant is kept here
+	Name, OS string    // this device, as the other owner will see it
+
+	// Scopes to ask for; the other owner decides. Default agent,node.
+	Scopes Scopes
+	// Give is what this device grants back (mutual pairing): a grant with
+	// these scopes and GivePolicy is issued to the other device and handed
+	// over through POST /pair/reciprocate. Empty gives nothing.
+	Give       Scopes
+	GivePolicy Policy
+	// SelfURL is this device's base URL as the other device can reach it;
+	// required when Give is set.
+	SelfURL string
+
+	// OnSAS is called with the verification code once the claim is
+	// accepted: show it; the other device's owner must see the same.
+	OnSAS  func(sas string, issuer PeerInfo)
+	Logger *slog.Logger
+}
+
+// JoinResult is what Join did.
+type JoinResult struct {
+	Held  Held   // the grant the other device gave us (stored)
+	Given *Grant // the grant we gave it, nil when none
+	SAS   string
+}
+
+// Join pairs this device with another meshtray as the claimant: it claims
+// with the code over HTTPS pinned to the fingerprint from the URL (plain
+// HTTP only to loopback), checks the issuer's fingerprint and the SAS it
+// computes itself (ErrSASMismatch), reports the SAS through OnSAS,
+// long-polls until the other owner decides (ErrDenied, ErrExpired), stores
+// the received token as a held grant, and, when Give is set, issues a grant
+// to the other device and hands it over (POST /pair/reciprocate). If that
+// last step fails, the grant given is revoked and an error returned with
+// the result: the pairing is then one way.
+func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
+	if o.Identity == nil || o.Grants == nil {
+		return JoinResult{}, errors.New("pairing: Join needs Identity and Grants")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	base, code, fp, err := ParsePairURL(o.URL)
+	if err != nil {
+		return JoinResult{}, err
+	}
+	if o.Code != "" {
+		code = o.Code
+	}
+	if o.FP != "" {
+		if fp, err = ParseFingerprint(o.FP); err != nil {
+			return JoinResult{}, err
+		}
+	}
+	if code == "" {
+		return JoinResult{}, fmt.Errorf("%w: no pairing code (the URL's #c= or Code)", ErrInvalid)
+	}
+	if len(o.Give) > 0 && o.SelfURL == "" {
+		return JoinResult{}, fmt.Errorf("%w: giving a grant back needs SelfURL", ErrInvalid)
+	}
+	scopes := o.Scopes
+	if len(scopes) == 0 {
+		scopes = Scopes{ScopeAgent, ScopeNode}
+	}
+	c, err := peerClient(base, fp)
+	if err != nil {
+		return JoinResult{}, err
+	}
+	defer c.CloseIdleConnections()
+
+	selfID := o.Identity.ID.String()
+	nonce := randomString(32)
+	var cr ClaimResponse
+	if _, err := callJSON(ctx, c, "claim", "POST", base, "/pair/claim", "", ClaimRequest{
+		Code: code, Name: o.Name, OS: o.OS, DeviceID: selfID, FP: o.Identity.Fingerprint,
+		Nonce: nonce, RequestedScopes: scopes,
+	}, &cr); err != nil {
+		return JoinResult{}, err
+	}
+	issuerFP, err := ParseFingerprint(cr.Issuer.FP)
+	if err != nil {
+		return JoinResult{}, fmt.Errorf("pairing: the peer's answer has no valid fingerprint: %w", err)
+	}
+	if fp == "" {
+		fp = issuerFP // loopback without a pin in the URL: the only case we trust the body
+	} else if issuerFP != fp {
+		return JoinResult{}, &PinError{Expected: fp, Got: issuerFP}
+	}
+	issuerID, _ := DeviceIDFromFingerprint(fp)
+	if id, err := ParseDeviceID(cr.Issuer.ID); err != nil || id != issuerID {
+		return JoinResult{}, fmt.Errorf("%w: the peer's device ID is not its certificate's", ErrIdentityChanged)
+	}
+	sas := SAS(fp, selfID, nonce, cr.ServerNonce, cr.RequestID)
+	if sas != cr.SAS {
+		return JoinResult{}, ErrSASMismatch
+	}
+	issuer := PeerInfo{ID: issuerID.String(), Name: cleanText(cr.Issuer.Name, MaxNameLen), OS: cleanText(cr.Issuer.OS, MaxOSLen), FP: fp}
+	log.Info("pairing claim accepted; waiting for the other owner", "peer", issuerID, "name", issuer.Name)
+	if o.OnSAS != nil {
+		o.OnSAS(sas, issuer)
+	}
+
+	st, err := pollStatus(ctx, c, base, cr)
+	if err != nil {
+		return JoinResult{SAS: sas}, err
+	}
+	h := Held{PeerID: issuer.ID, Name: issuer.Name, OS: issuer.OS, URL: base, Fingerprint: fp, Scopes: st.Scopes, Token: st.Token}
+	if err := o.Grants.PutHeld(h); err != nil {
+		return JoinResult{SAS: sas}, fmt.Errorf("pairing: approved, but the token cannot be stored: %w", err)
+	}
+	h, _ = o.Grants.Held(issuer.ID)
+	res := JoinResult{Held: h, SAS: sas}
+	log.Info("paired: holding a grant", "held", h)
+	if len(o.Give) == 0 {
+		return res, nil
+	}
+
+	gr, token, err := o.Grants.Issue(IssueRequest{PeerID: issuer.ID, Name: issuer.Name, OS: issuer.OS, Scopes: o.Give, Policy: o.GivePolicy})
+	if err != nil {
+		return res, fmt.Errorf("pairing: paired one way only: cannot issue our grant: %w", err)
+	}
+	_, err = callJSON(ctx, c, "reciprocate", "POST", base, "/pair/reciprocate", st.Token, Offer{
+		Token: token, URL: o.SelfURL, FP: o.Identity.Fingerprint, Name: o.Name, OS: o.OS, Scopes: gr.Scopes,
+	}, nil)
+	if err != nil {
+		if rerr := o.Grants.Revoke(gr.ID); rerr != nil {
+			log.Warn("cannot revoke the grant the peer did not take", "grant", gr, "err", rerr)
+		}
+		return res, fmt.Errorf("pairing: paired one way only: %s did not take our grant: %w", issuer.Name, err)
+	}
+	for _, old := range o.Grants.ByPeer(issuer.ID) {
+		if old.ID != gr.ID {
+			o.Grants.Revoke(old.ID) // a device pairs once: the new grant replaces older ones
+		}
+	}
+	res.Given = &gr
+	log.Info("paired both ways", "grant", gr)
+	return res, nil
+}
+
+// pollStatus long-polls GET /pair/status until a decision. Network errors
+// are retried (2 s apart) until the request's expiry; ctx bounds it all.
+func pollStatus(ctx context.Context, c *http.Client, base string, cr ClaimResponse) (StatusResponse, error) {
+	deadline := cr.Expires.Add(time.Minute)
+	path := "/pair/status/" + url.PathEscape(cr.RequestID)
+	for {
+		var st StatusResponse
+		callCtx, cancel := context.WithTimeout(ctx, DefaultMaxWait+15*time.Second)
+		_, err := callJSON(callCtx, c, "status", "GET", base, path, cr.PollToken, nil, &st)
+		cancel()
+		var pe *PeerError
+		switch {
+		case ctx.Err() != nil:
+			return StatusResponse{}, ctx.Err()
+		case errors.As(err, &pe) && pe.Status != http.StatusTooManyRequests && pe.Status < 500:
+			return StatusResponse{}, err
+		case err != nil:
+			if time.Now().After(deadline) {
+				return StatusResponse{}, err
+			}
+			t := time.NewTimer(2 * time.Second)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return StatusResponse{}, ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		switch st.Status {
+		case StatusApproved:
+			if !ValidToken(st.Token) {
+				return StatusResponse{}, errors.New("pairing: approved, but the answer has no valid token")
+			}
+			return st, nil
+		case StatusDenied:
+			return StatusResponse{}, ErrDenied
+		case StatusExpired:
+			return StatusResponse{}, ErrExpired
+		case StatusPending:
+			continue
+		default:
+			return StatusResponse{}, fmt.Errorf("pairing: unknown pairing status %q", clip(st.Status, 20))
+		}
+	}
+}
+
+// Revoke revokes an issued grant at once (Grants.Revoke) and, when its
+// holder is a meshtray this device also holds a grant from, tells it in the
+// background (POST /pair/revoked, pinned), so it drops the dead token
+// instead of finding out at its next call.
+func (p *Pairer) Revoke(id string) error {
+	gr, err := p.o.Grants.Get(id)
+	if err != nil {
+		return err
+	}
+	if err := p.o.Grants.Revoke(id); err != nil {
+		return err
+	}
+	if gr.PeerID == "" {
+		return nil
+	}
+	h, err := p.o.Grants.Held(gr.PeerID)
+	if err != nil || h.URL == "" {
+		return nil
+	}
+	p.background(func(ctx context.Context) {
+		c, err := peerClient(h.URL, h.Fingerprint)
+		if err != nil {
+			return
+		}
+		defer c.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		_, err = callJSON(ctx, c, "revoked", "POST", h.URL, "/pair/revoked", "", RevokedNotice{IssuerID: p.o.Identity.ID.String(), GrantID: id}, nil)
+		if err != nil {
+			p.log.Info("revocation notice not delivered (the peer finds out at its next call)", "peer", h, "err", err)
+		}
+	})
+	return nil
+}
+
+// Rotate gives an issued grant a new token (Grants.Rotate). When the holder
+// is a meshtray this device holds a grant from, the new token is offered to
+// it (POST /pair/reciprocate, authenticated by our held grant) and
+// delivered reports whether it took it; otherwise the owner hands the token
+// over, or the holder pairs again.
+func (p *Pairer) Rotate(ctx context.Context, id string) (token string, delivered bool, err error) {
+	gr, err := p.o.Grants.Get(id)
+	if err != nil {
+		return "", false, err
+	}
+	token, err = p.o.Grants.Rotate(id)
+	if err != nil || gr.PeerID == "" {
+		return token, false, err
+	}
+	h, herr := p.o.Grants.Held(gr.PeerID)
+	if herr != nil || h.URL == "" {
+		return token, false, nil
+	}
+	c, cerr := peerClient(h.URL, h.Fingerprint)
+	if cerr != nil {
+		return token, false, nil
+	}
+	defer c.CloseIdleConnections()
+	self := ""
+	if p.o.SelfURL != nil {
+		self = p.o.SelfURL()
+	}
+	resp, oerr := callJSON(ctx, c, "reciprocate", "POST", h.URL, "/pair/reciprocate", h.Token, Offer{
+		Token: token, URL: self, FP: p.o.Identity.Fingerprint, Name: p.o.Name, OS: p.o.OS, Scopes: gr.Scopes,
+	}, nil)
+	if oerr != nil {
+		p.o.Grants.Refused(h.PeerID, h.Token, resp)
+		p.log.Info("rotated token not delivered; hand it over or pair again", "grant", gr, "err", oerr)
+		return token, false, nil
+	}
+	return token, true, nil
+}
+
+// recheck asks the issuer of held grant h whether it still honours it
+// (GET /pair/whoami) and drops it on a 401 for a revoked token, in the
+// background, at most once per recheckEvery per peer.
+func (p *Pairer) recheck(h Held) {
+	now := p.o.Now()
+	p.mu.Lock()
+	if last, ok := p.checking[h.PeerID]; ok && now.Sub(last) < recheckEvery {
+		p.mu.Unlock()
+		return
+	}
+	if len(p.checking) > maxSourceKeys {
+		clear(p.checking)
+	}
+	p.checking[h.PeerID] = now
+	p.mu.Unlock()
+	p.background(func(ctx context.Context) {
+		dropped, err := p.CheckHeld(ctx, h.PeerID)
+		p.log.Info("re-checked a held grant after a revocation notice", "held", h, "dropped", dropped, "err", err)
+	})
+}
+
+// CheckHeld asks the peer whether it still honours the grant we hold from
+// it (GET /pair/whoami over the pinned connection) and drops the grant when
+// the peer answers 401 for a revoked or unknown token (Grants.Refused).
+// A network error or a paused grant keeps it.
+func (p *Pairer) CheckHeld(ctx context.Context, peerID string) (dropped bool, err error) {
+	h, err := p.o.Grants.Held(peerID)
+	if err != nil {
+		return false, err
+	}
+	if h.URL == "" {
+		return false, fmt.Errorf("%w: no URL for that peer", ErrInvalid)
+	}
+	c, err := peerClient(h.URL, h.Fingerprint)
+	if err != nil {
+		return false, err
+	}
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	resp, err := callJSON(ctx, c, "whoami", "GET", h.URL, "/pair/whoami", h.Token, nil, nil)
+	if resp == nil {
+		return false, err
+	}
+	dropped, derr := p.o.Grants.Refused(h.PeerID, h.Token, resp)
+	if derr != nil {
+		return false, derr
+	}
+	if dropped {
+		return true, nil
+	}
+	return false, err
+}
+
+// background runs fn on a goroutine Close waits for, with a context Close
+// cancels. After Close it does nothing.
+func (p *Pairer) background(fn func(ctx context.Context)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn(p.ctx)
+	}()
+}
+
+// PeerTransport returns an http.RoundTripper for calling the peer we hold
+// a grant from, for the outbound A2A and node clients: TLS pinned to the
+// held fingerprint (whatever address the request goes to, so the mesh
+// table's current address can be used), plain HTTP only to loopback, the
+// held token in `Authorization: Bearer`, no proxy, and every answer passed
+// to Refused, so a 401 for a revoked token drops the held grant.
+func (g *Grants) PeerTransport(peerID string) (http.RoundTripper, error) {
+	h, err := g.Held(peerID)
+	if err != nil {
+		return nil, err
+	}
+	return &peerTransport{g: g, h: h, base: &http.Transport{
+		Proxy:               nil,
+		TLSClientConfig:     PinnedTLSConfig(h.Fingerprint),
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     60 * time.Second,
+		ForceAttemptHTTP2:   true,
+	}}, nil
+}
+
+type peerTransport struct {
+	g    *Grants
+	h    Held
+	base *http.Transport
+}
+
+func (t *peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" && !(req.URL.Scheme == "http" && isLoopbackHost(req.URL.Hostname())) {
+		return nil, fmt.Errorf("%w: refusing to send a grant token over plain http to %s", ErrInvalid, req.URL.Host)
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "Bearer "+t.h.Token)
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.g.Refused(t.h.PeerID, t.h.Token, resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// pinned transport.
+func (t *peerTransport) CloseIdleConnections() { t.base.CloseIdleConnections() }

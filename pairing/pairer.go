@@ -1,0 +1,796 @@
+package pairing
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Pairing flow limits (issue 3 §3, §5).
+const (
+	DefaultCodeTTL    = 10 * time.Minute // a code is valid this long after Start
+	DefaultRequestTTL = 5 * time.Minute  // a claim waits this long for the owner, and an approved token this long for collection
+	DefaultMaxWait    = 30 * time.Second // longest GET /pair/status wait
+	// MaxWrongAttempts wrong codes kill every live code: a guesser gets
+	// 5 tries in 30^8 (2^39) per code.
+	MaxWrongAttempts = 5
+
+	// CodeLen and CodeAlphabet define pairing codes: 8 characters drawn
+	// uniformly (crypto/rand, rejection sampling) from 30 symbols: digits
+	// and capitals without 0, 1, I, L, O and U (Crockford's base32 choice:
+	// no look-alikes).
+	CodeLen      = 8
+	CodeAlphabet = "23456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+	maxSessions          = 8  // live codes at once; starting more ends the oldest
+	maxPending           = 32 // undecided claims at once; more get ErrBusy
+	maxWaitersPerRequest = 4  // concurrent long polls on one request
+	sweepEvery           = 10 * time.Second
+
+	// Per-source rate of pairing calls (claims, status polls, revocation
+	// notices): a burst of 10, then one every 2 s; 20/s for everyone.
+	sourceEvery   = 2 * time.Second
+	sourceBurst   = 10
+	globalPerSec  = 20
+	globalBurst   = 40
+	maxSourceKeys = 4096
+
+	minNonceLen = 22 // characters of base64url: 128 bits
+	maxNonceLen = 128
+)
+
+// PairerOptions configure NewPairer. Grants and Identity are required.
+type PairerOptions struct {
+	Grants   *Grants
+	Identity *Identity
+	Name     string // this device's name, shown to claimants
+	OS       string // this device's OS environment string
+	// SelfURL returns the base URL peers reach this device at, sent when
+	// this device offers a rotated token to a peer; nil or "" keeps the URL
+	// the peer has.
+	SelfURL func() string
+	// OnRequest is called once per new pending request, outside any lock,
+	// on the claiming request's goroutine: it must not block (queue it).
+	OnRequest func(Request)
+	// WhoIs, when set, names the tailnet node and user of claims arriving
+	// on ListenerTailnet.
+	WhoIs  func(ctx context.Context, addr netip.AddrPort) *TailnetIdentity
+	Logger *slog.Logger
+
+	CodeTTL    time.Duration    // default DefaultCodeTTL
+	RequestTTL time.Duration    // default DefaultRequestTTL
+	MaxWait    time.Duration    // default DefaultMaxWait
+	Now        func() time.Time // default time.Now; tests move time with it
+}
+
+// Session is one pairing code the owner started. Code is a secret until
+// used: it is shown on the screen and in the QR fragment, never logged.
+type Session struct {
+	Code        string    `json:"code"`
+	Expires     time.Time `json:"expires"`
+	DeviceID    string    `json:"device_id"`   // this device
+	Fingerprint string    `json:"fingerprint"` // this device's certificate
+}
+
+// LogValue implements slog.LogValuer without the code.
+func (s Session) LogValue() slog.Value {
+	return slog.GroupValue(slog.Time("expires", s.Expires))
+}
+
+// URL returns the pairing URL for this device's base URL (scheme://host:port):
+// base + "/pair#c=<code>&fp=<fingerprint>". Code and pin ride in the
+// fragment, which browsers never send (RFC 3986 §3.5), so they stay out of
+// every request line and server log.
+func (s Session) URL(base string) string {
+	return strings.TrimSuffix(base, "/") + "/pair#" + url.Values{"c": {s.Code}, "fp": {s.Fingerprint}}.Encode()
+}
+
+// ParsePairURL splits a pairing URL (Session.URL) into the peer's base URL,
+// code and fingerprint. The base is checked with CheckPeerURL (https, or
+// http to loopback). A URL without fragment gives empty code and fp.
+func ParsePairURL(s string) (base, code, fp string, err error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", "", "", fmt.Errorf("%w: pairing URL: %v", ErrInvalid, err)
+	}
+	frag, _ := url.ParseQuery(u.Fragment)
+	base, err = CheckPeerURL(u.Scheme + "://" + u.Host)
+	if err != nil {
+		return "", "", "", err
+	}
+	code, fp = frag.Get("c"), frag.Get("fp")
+	if fp != "" {
+		if fp, err = ParseFingerprint(fp); err != nil {
+			return "", "", "", err
+		}
+	}
+	return base, code, fp, nil
+}
+
+// ClaimRequest is the body of POST /pair/claim. Code and Nonce are secrets.
+type ClaimRequest struct {
+	Code     string `json:"code"`
+	Name     string `json:"name"`
+	OS       string `json:"os,omitempty"`
+	DeviceID string `json:"device_id,omitempty"` // a meshtray claimant's device ID; "" for a phone
+	FP       string `json:"fp,omitempty"`        // a meshtray claimant's fingerprint; must be DeviceID's
+	// Nonce: 22 to 128 characters of [A-Za-z0-9_-] from a CSPRNG (base64url
+	// or hex of at least 16 random bytes); it enters the SAS.
+	Nonce           string `json:"nonce"`
+	RequestedScopes Scopes `json:"requested_scopes,omitempty"`
+}
+
+// LogValue implements slog.LogValuer without code and nonce.
+func (c ClaimRequest) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", cleanText(c.Name, MaxNameLen)), slog.String("device", shortID(c.DeviceID)))
+}
+
+// PeerInfo names a device in pairing answers.
+type PeerInfo struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	OS   string `json:"os,omitempty"`
+	FP   string `json:"fp"`
+}
+
+// ClaimResponse answers POST /pair/claim. PollToken is the claimant's secret
+// for GET /pair/status/{request_id} (sent as `Authorization: Bearer`).
+type ClaimResponse struct {
+	RequestID   string    `json:"request_id"`
+	PollToken   string    `json:"poll_token"`
+	SAS         string    `json:"sas"`
+	ServerNonce string    `json:"server_nonce"`
+	Expires     time.Time `json:"expires"`
+	Issuer      PeerInfo  `json:"issuer"`
+}
+
+// LogValue implements slog.LogValuer without poll token and SAS.
+func (c ClaimResponse) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("request", c.RequestID), slog.Time("expires", c.Expires))
+}
+
+// Status values of a pairing request (GET /pair/status).
+const (
+	StatusPending  = "pending"
+	StatusApproved = "approved"
+	StatusDenied   = "denied"
+	StatusExpired  = "expired"
+)
+
+// StatusResponse answers GET /pair/status/{id}. Token is present once: in
+// the first answer after approval.
+type StatusResponse struct {
+	Status  string    `json:"status"` // pending | approved | denied | expired
+	Token   string    `json:"token,omitempty"`
+	GrantID string    `json:"grant_id,omitempty"`
+	Scopes  Scopes    `json:"scopes,omitempty"`
+	Expires time.Time `json:"expires"`
+	Issuer  PeerInfo  `json:"issuer"`
+}
+
+// LogValue implements slog.LogValuer without the token.
+func (s StatusResponse) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("status", s.Status), slog.String("grant_id", s.GrantID))
+}
+
+// ClaimSource is where a claim came from.
+type ClaimSource struct {
+	Addr     netip.AddrPort
+	Listener Listener
+	Tailnet  *TailnetIdentity
+}
+
+// Request is a pending pairing request as the owner sees it (the approvals
+// queue, kind "pairing"). SAS is shown next to the claimant's; it is never
+// logged.
+type Request struct {
+	ID              string           `json:"id"`
+	Name            string           `json:"name"`
+	OS              string           `json:"os,omitempty"`
+	DeviceID        string           `json:"device_id,omitempty"` // "" for a phone
+	Fingerprint     string           `json:"fingerprint,omitempty"`
+	RequestedScopes Scopes           `json:"requested_scopes,omitempty"`
+	SAS             string           `json:"sas"`
+	Source          netip.AddrPort   `json:"source"`
+	Listener        Listener         `json:"listener,omitempty"`
+	Tailnet         *TailnetIdentity `json:"tailnet,omitempty"`
+	// Replaces lists grants already issued to this device ID; approving
+	// revokes them (a device pairs once). A device whose identity changed
+	// shows up with a new ID and an empty Replaces.
+	Replaces []string  `json:"replaces,omitempty"`
+	Created  time.Time `json:"created"`
+	Expires  time.Time `json:"expires"`
+}
+
+// LogValue implements slog.LogValuer without the SAS.
+func (r Request) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("id", r.ID),
+		slog.String("name", r.Name),
+		slog.String("device", shortID(r.DeviceID)),
+		slog.String("source", r.Source.String()),
+	)
+}
+
+type reqState int
+
+const (
+	statePending  reqState = iota
+	stateDeciding          // Decide is issuing the grant
+	stateApproved          // token waiting for collection
+	stateDenied
+	stateExpired
+)
+
+// pending is one claim's server-side state; guarded by Pairer.mu.
+type pending struct {
+	req         Request
+	pollHash    [32]byte
+	state       reqState
+	changed     chan struct{} // closed when state leaves pending/deciding
+	waiters     int
+	token       string // the grant token until collected
+	grantID     string
+	scopes      Scopes
+	collectBy   time.Time // approved: the token must be collected before
+	forgetAfter time.Time // denied/expired: answer status until, then forget
+}
+
+type session struct {
+	code    string
+	expires time.Time
+	wrongs  int // wrong codes claimed while this one was live
+}
+
+// Pairer runs the pairing flow on the granting device (issue 3 §3): codes
+// the owner starts, claims posted with a code, the SAS, the long-poll
+// status, the owner's decision, and the grant token handed over once. It
+// also answers the calls paired meshtrays make to each other
+// (reciprocation, revocation notices). Close stops it.
+type Pairer struct {
+	o       PairerOptions
+	log     *slog.Logger
+	limiter *sourceLimiter
+	changes notifier
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // janitor, revocation notices, rechecks
+
+	mu       sync.Mutex
+	sessions []*session           // live codes, oldest first; guarded by mu
+	reqs     map[string]*pending  // by request ID; guarded by mu
+	orphans  []string             // grants approved but never collected: to revoke; guarded by mu
+	checking map[string]time.Time // held-grant rechecks by peer ID: last start; guarded by mu
+	closed   bool                 // guarded by mu
+}
+
+// NewPairer returns a running Pairer; Close stops its janitor.
+func NewPairer(o PairerOptions) (*Pairer, error) {
+	if o.Grants == nil || o.Identity == nil {
+		return nil, errors.New("pairing: NewPairer needs Grants and Identity")
+	}
+	if o.CodeTTL <= 0 {
+		o.CodeTTL = DefaultCodeTTL
+	}
+	if o.RequestTTL <= 0 {
+		o.RequestTTL = DefaultRequestTTL
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.Name = cleanText(o.Name, MaxNameLen)
+	o.OS = cleanText(o.OS, MaxOSLen)
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Pairer{
+		o:        o,
+		log:      log,
+		limiter:  newSourceLimiter(rate.Every(sourceEvery), sourceBurst, globalPerSec, globalBurst, maxSourceKeys),
+		reqs:     make(map[string]*pending),
+		checking: make(map[string]time.Time),
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.janitor()
+	return p, nil
+}
+
+// Issuer describes this device to claimants.
+func (p *Pairer) Issuer() PeerInfo {
+	return PeerInfo{ID: p.o.Identity.ID.String(), Name: p.o.Name, OS: p.o.OS, FP: p.o.Identity.Fingerprint}
+}
+
+// Start makes a new pairing code, valid CodeTTL, single use. At most 8
+// codes live at once; starting a ninth ends the oldest.
+func (p *Pairer) Start() (Session, error) {
+	code := newCode()
+	now := p.o.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return Session{}, ErrClosed
+	}
+	p.sweepLocked(now)
+	if len(p.sessions) >= maxSessions {
+		p.sessions = p.sessions[1:]
+	}
+	s := &session{code: code, expires: now.Add(p.o.CodeTTL)}
+	p.sessions = append(p.sessions, s)
+	out := Session{Code: code, Expires: s.expires, DeviceID: p.o.Identity.ID.String(), Fingerprint: p.o.Identity.Fingerprint}
+	p.log.Info("pairing code started", "session", out)
+	return out, nil
+}
+
+// EndSessions kills every live code (the owner closed the pairing window).
+// Claims already made stay pending.
+func (p *Pairer) EndSessions() {
+	p.mu.Lock()
+	n := len(p.sessions)
+	p.sessions = nil
+	p.mu.Unlock()
+	if n > 0 {
+		p.log.Info("pairing codes ended", "count", n)
+	}
+}
+
+// newCode draws CodeLen symbols uniformly from CodeAlphabet.
+func newCode() string {
+	var out [CodeLen]byte
+	var buf [32]byte
+	n := 0
+	for n < CodeLen {
+		rand.Read(buf[:])
+		for _, b := range buf {
+			// 30 symbols: accept b%32 < 30 (b&31 is uniform on 0..31).
+			if v := int(b & 31); v < len(CodeAlphabet) && n < CodeLen {
+				out[n] = CodeAlphabet[v]
+				n++
+			}
+		}
+	}
+	return string(out[:])
+}
+
+// normalizeCode upper-cases a typed code and drops spaces and dashes.
+func normalizeCode(s string) string {
+	if len(s) > 64 {
+		return ""
+	}
+	return strings.ToUpper(strings.NewReplacer(" ", "", "-", "").Replace(s))
+}
+
+// validate checks and normalises a claim body.
+func (c ClaimRequest) validate() (ClaimRequest, error) {
+	c.Name = cleanText(c.Name, MaxNameLen)
+	c.OS = cleanText(c.OS, MaxOSLen)
+	if c.Name == "" {
+		return c, fmt.Errorf("%w: name is required", ErrInvalid)
+	}
+	if len(c.Nonce) < minNonceLen || len(c.Nonce) > maxNonceLen {
+		return c, fmt.Errorf("%w: nonce must be %d to %d characters", ErrInvalid, minNonceLen, maxNonceLen)
+	}
+	for i := 0; i < len(c.Nonce); i++ {
+		if !isBase64URL(c.Nonce[i]) {
+			return c, fmt.Errorf("%w: nonce must be base64url or hex", ErrInvalid)
+		}
+	}
+	if c.DeviceID != "" {
+		id, err := ParseDeviceID(c.DeviceID)
+		if err != nil {
+			return c, fmt.Errorf("%w: device_id: %v", ErrInvalid, err)
+		}
+		c.DeviceID = id.String()
+	}
+	if c.FP != "" {
+		id, err := DeviceIDFromFingerprint(c.FP)
+		if err != nil {
+			return c, err
+		}
+		if c.DeviceID != "" && c.DeviceID != id.String() {
+			return c, fmt.Errorf("%w: fp is not the certificate of device_id", ErrInvalid)
+		}
+		c.DeviceID, c.FP = id.String(), id.Fingerprint()
+	} else if c.DeviceID != "" {
+		id, _ := ParseDeviceID(c.DeviceID)
+		c.FP = id.Fingerprint()
+	}
+	sc, err := NormalizeScopes(c.RequestedScopes)
+	if err != nil {
+		return c, err
+	}
+	c.RequestedScopes = sc
+	return c, nil
+}
+
+// Claim handles one claim: rate limit per source, body checks, the code
+// (single use; MaxWrongAttempts wrong codes kill every live code), then a
+// pending request the owner decides on. Errors: ErrRateLimited, ErrInvalid,
+// ErrBadCode, ErrBusy, ErrClosed.
+func (p *Pairer) Claim(ctx context.Context, c ClaimRequest, from ClaimSource) (ClaimResponse, error) {
+	if !p.limiter.allow(from.Addr.Addr(), p.o.Now()) {
+		return ClaimResponse{}, ErrRateLimited
+	}
+	return p.claim(ctx, c, from)
+}
+
+// claim is Claim after the rate limit.
+func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (ClaimResponse, error) {
+	now := p.o.Now()
+	c, err := c.validate()
+	if err != nil {
+		return ClaimResponse{}, err
+	}
+	code := normalizeCode(c.Code)
+	replaces := []string{}
+	if c.DeviceID != "" {
+		for _, g := range p.o.Grants.ByPeer(c.DeviceID) {
+			replaces = append(replaces, g.ID)
+		}
+	}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ClaimResponse{}, ErrClosed
+	}
+	p.sweepLocked(now)
+	live := 0
+	for _, r := range p.reqs {
+		if r.state == statePending || r.state == stateDeciding {
+			live++
+		}
+	}
+	if live >= maxPending {
+		p.mu.Unlock()
+		return ClaimResponse{}, ErrBusy
+	}
+	matched := -1
+	for i, s := range p.sessions {
+		// Compare every live code in constant time, whatever matches.
+		if subtle.ConstantTimeCompare([]byte(s.code), []byte(code)) == 1 {
+			matched = i
+		}
+	}
+	if matched < 0 {
+		killed := p.wrongAttemptLocked()
+		p.mu.Unlock()
+		p.log.Warn("pairing claim with a wrong code", "source", from.Addr.Addr().String(), "codes_killed", killed)
+		return ClaimResponse{}, ErrBadCode
+	}
+	p.sessions = slices.Delete(p.sessions, matched, matched+1) // single use
+
+	id := randomString(16)
+	for p.reqs[id] != nil {
+		id = randomString(16)
+	}
+	poll := randomString(32)
+	serverNonce := randomString(16)
+	issuer := p.Issuer()
+	r := &pending{
+		req: Request{
+			ID:              id,
+			Name:            c.Name,
+			OS:              c.OS,
+			DeviceID:        c.DeviceID,
+			Fingerprint:     c.FP,
+			RequestedScopes: c.RequestedScopes,
+			SAS:             SAS(issuer.FP, c.DeviceID, c.Nonce, serverNonce, id),
+			Source:          from.Addr,
+			Listener:        from.Listener,
+			Tailnet:         from.Tailnet,
+			Replaces:        replaces,
+			Created:         now,
+			Expires:         now.Add(p.o.RequestTTL),
+		},
+		pollHash: sha256.Sum256([]byte(poll)),
+		changed:  make(chan struct{}),
+	}
+	p.reqs[id] = r
+	req := r.req
+	p.mu.Unlock()
+
+	p.changes.notify()
+	p.log.Info("pairing request waiting for the owner", "request", req)
+	if p.o.OnRequest != nil {
+		p.o.OnRequest(req)
+	}
+	return ClaimResponse{
+		RequestID:   id,
+		PollToken:   poll,
+		SAS:         req.SAS,
+		ServerNonce: serverNonce,
+		Expires:     req.Expires,
+		Issuer:      issuer,
+	}, nil
+}
+
+// wrongAttemptLocked counts a wrong code against every live session and
+// kills those that reached MaxWrongAttempts; it returns how many died.
+func (p *Pairer) wrongAttemptLocked() int {
+	killed := 0
+	keep := p.sessions[:0]
+	for _, s := range p.sessions {
+		s.wrongs++
+		if s.wrongs >= MaxWrongAttempts {
+			killed++
+			continue
+		}
+		keep = append(keep, s)
+	}
+	p.sessions = keep
+	return killed
+}
+
+// Pending returns the requests waiting for a decision, oldest first.
+func (p *Pairer) Pending() []Request {
+	now := p.o.Now()
+	p.mu.Lock()
+	p.sweepLocked(now)
+	var out []Request
+	for _, r := range p.reqs {
+		if r.state == statePending {
+			out = append(out, r.req)
+		}
+	}
+	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b Request) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+// Subscribe returns a coalesced notice channel (capacity 1) that fires when
+// the set of pending requests changes; re-read Pending. cancel closes it.
+func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscribe() }
+
+// Decide records the owner's decision on request id. On approval it issues
+// a grant to the claimant (policy ask) with scopes, or, when scopes is nil,
+// with the requested scopes minus ScopeFull (full is never granted by
+// default), revokes the grants this device ID held before (Request.Replaces),
+// and keeps the token for the one status call that collects it. Errors:
+// ErrNoRequest, ErrDecided, ErrExpired, ErrInvalid (no scopes), keychain
+// errors from Issue.
+func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
+	now := p.o.Now()
+	p.mu.Lock()
+	p.sweepLocked(now)
+	r := p.reqs[id]
+	if err := r.decidable(); err != nil {
+		p.mu.Unlock()
+		return Grant{}, err
+	}
+	if !approve {
+		r.finish(stateDenied, now.Add(p.o.RequestTTL))
+		req := r.req
+		p.mu.Unlock()
+		p.changes.notify()
+		p.log.Info("pairing request denied", "request", req)
+		return Grant{}, nil
+	}
+	var err error
+	if scopes == nil {
+		scopes = r.req.RequestedScopes.Without(ScopeFull)
+	}
+	if scopes, err = NormalizeScopes(scopes); err == nil && len(scopes) == 0 {
+		err = fmt.Errorf("%w: choose the scopes to grant (agent, node, full)", ErrInvalid)
+	}
+	if err != nil {
+		p.mu.Unlock()
+		return Grant{}, err
+	}
+	r.state = stateDeciding
+	req := r.req
+	p.mu.Unlock()
+
+	gr, token, err := p.o.Grants.Issue(IssueRequest{PeerID: req.DeviceID, Name: req.Name, OS: req.OS, Scopes: scopes})
+
+	p.mu.Lock()
+	if err != nil {
+		r.state = statePending
+		p.mu.Unlock()
+		return Grant{}, err
+	}
+	r.token, r.grantID, r.scopes = token, gr.ID, scopes
+	r.collectBy = p.o.Now().Add(p.o.RequestTTL)
+	r.finish(stateApproved, r.collectBy)
+	p.mu.Unlock()
+	p.changes.notify()
+	p.log.Info("pairing request approved", "request", req, "grant", gr)
+
+	if req.DeviceID != "" {
+		for _, old := range p.o.Grants.ByPeer(req.DeviceID) {
+			if old.ID != gr.ID {
+				if err := p.o.Grants.Revoke(old.ID); err != nil && !errors.Is(err, ErrNoGrant) {
+					p.log.Warn("cannot revoke the grant a re-paired device had", "grant", old, "err", err)
+				}
+			}
+		}
+	}
+	return gr, nil
+}
+
+func (r *pending) decidable() error {
+	switch {
+	case r == nil:
+		return ErrNoRequest
+	case r.state == stateExpired:
+		return ErrExpired
+	case r.state != statePending:
+		return ErrDecided
+	}
+	return nil
+}
+
+// finish moves r out of pending and wakes its long polls.
+func (r *pending) finish(s reqState, forgetAfter time.Time) {
+	r.state = s
+	r.forgetAfter = forgetAfter
+	close(r.changed)
+}
+
+// Status answers a status poll for request id, authenticated by the poll
+// token the claim returned. While the request is pending it waits up to
+// MaxWait (or until the request expires, ctx ends or Close) for a change.
+// An approved request's token is returned once; the request is then
+// forgotten and later polls get ErrNoRequest, as do unknown IDs and wrong
+// poll tokens.
+func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusResponse, error) {
+	sum := sha256.Sum256([]byte(pollToken))
+	for waited := false; ; waited = true {
+		now := p.o.Now()
+		p.mu.Lock()
+		p.sweepLocked(now)
+		r := p.reqs[id]
+		if r == nil || subtle.ConstantTimeCompare(sum[:], r.pollHash[:]) != 1 {
+			p.mu.Unlock()
+			return StatusResponse{}, ErrNoRequest
+		}
+		resp := StatusResponse{Expires: r.req.Expires, Issuer: p.Issuer()}
+		switch r.state {
+		case statePending, stateDeciding:
+			resp.Status = StatusPending
+			if waited || r.waiters >= maxWaitersPerRequest || p.closed {
+				p.mu.Unlock()
+				return resp, nil
+			}
+			r.waiters++
+			ch := r.changed
+			wait := min(p.o.MaxWait, r.req.Expires.Sub(now))
+			p.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-ch:
+			case <-t.C:
+			case <-ctx.Done():
+			case <-p.ctx.Done():
+			}
+			t.Stop()
+			p.mu.Lock()
+			r.waiters--
+			p.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return StatusResponse{}, err
+			}
+			continue
+		case stateApproved:
+			resp.Status, resp.Token, resp.GrantID, resp.Scopes = StatusApproved, r.token, r.grantID, r.scopes
+			r.token = ""
+			delete(p.reqs, id)
+			p.mu.Unlock()
+			p.log.Info("pairing token collected", "request", r.req, "grant_id", resp.GrantID)
+			return resp, nil
+		case stateDenied:
+			resp.Status = StatusDenied
+		default:
+			resp.Status = StatusExpired
+		}
+		p.mu.Unlock()
+		return resp, nil
+	}
+}
+
+// sweepLocked expires codes and requests at now; the caller holds mu.
+// Grants approved but not collected in time go to p.orphans, revoked by the
+// janitor (keychain I/O stays outside mu).
+func (p *Pairer) sweepLocked(now time.Time) {
+	p.sessions = slices.DeleteFunc(p.sessions, func(s *session) bool { return !now.Before(s.expires) })
+	changed := false
+	for id, r := range p.reqs {
+		switch r.state {
+		case statePending:
+			if !now.Before(r.req.Expires) {
+				r.finish(stateExpired, now.Add(p.o.RequestTTL))
+				changed = true
+				p.log.Info("pairing request expired undecided", "request", r.req)
+			}
+		case stateApproved:
+			if !now.Before(r.collectBy) {
+				p.orphans = append(p.orphans, r.grantID)
+				r.token = ""
+				r.state = stateExpired
+				r.forgetAfter = now.Add(p.o.RequestTTL)
+				p.log.Warn("approved pairing token never collected; revoking its grant", "request", r.req, "grant_id", r.grantID)
+			}
+		case stateDenied, stateExpired:
+			if !now.Before(r.forgetAfter) {
+				delete(p.reqs, id)
+			}
+		}
+	}
+	if changed {
+		p.changes.notify() // never blocks, takes no lock of ours
+	}
+}
+
+// janitor sweeps every sweepEvery and revokes orphaned grants.
+func (p *Pairer) janitor() {
+	defer p.wg.Done()
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+			p.revokeOrphans(false)
+		}
+	}
+}
+
+// revokeOrphans revokes grants whose token was never collected; with all,
+// also those still waiting for collection (at Close: nobody will collect).
+func (p *Pairer) revokeOrphans(all bool) {
+	p.mu.Lock()
+	p.sweepLocked(p.o.Now())
+	ids := p.orphans
+	p.orphans = nil
+	if all {
+		for _, r := range p.reqs {
+			if r.state == stateApproved {
+				ids = append(ids, r.grantID)
+				r.token = ""
+				r.state = stateExpired
+			}
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range ids {
+		if err := p.o.Grants.Revoke(id); err != nil && !errors.Is(err, ErrNoGrant) {
+			p.log.Warn("cannot revoke an uncollected grant", "grant_id", id, "err", err)
+		}
+	}
+}
+
+// Close ends every code, wakes long polls, revokes grants whose token was
+// not collected, and waits for background work (notices, rechecks). A
+// second Close returns ErrClosed.
+func (p *Pairer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.closed = true
+	p.sessions = nil
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	p.revokeOrphans(true)
+	return nil
+}
