@@ -516,7 +516,6 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 		summary:   s.summarize(p, msg),
 		created:   now,
 		updated:   now,
-		changed:   make(chan struct{}),
 		bytes:     int64(size),
 		turns:     1,
 	}
@@ -719,6 +718,7 @@ func (s *Server) endTurn(ctx context.Context, t *task, ex *Execution, state a2a.
 	t.cancel(nil)
 	t.cancel = nil
 	close(t.done)
+	t.done = nil
 	t.mu.Unlock()
 	if changed && state.Terminal() {
 		s.retire(t)
@@ -769,7 +769,7 @@ func (s *Server) onSend(w http.ResponseWriter, ctx context.Context, p *pairing.P
 			s.writeResult(w, req.ID, snap)
 			return
 		}
-		ch := t.changed
+		ch := t.waitLocked()
 		t.mu.Unlock()
 		select {
 		case <-ch:
@@ -956,7 +956,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessa
 	for {
 		t.mu.Lock()
 		evs := t.nextLocked(sub)
-		ch := t.changed
+		ch := t.waitLocked()
 		t.mu.Unlock()
 		if len(evs) > 0 {
 			buf = buf[:0]

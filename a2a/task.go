@@ -42,9 +42,9 @@ type task struct {
 	log     []logEntry
 	logBase int
 	subs    map[*subscriber]struct{}
-	// changed is closed and replaced on every change of state or log, to
-	// wake waiters (blocking message/send, streams) without a goroutine
-	// per waiter.
+	// changed is closed on every change of state or log, to wake waiters
+	// (blocking message/send, streams) without a goroutine per waiter; it
+	// is made on demand by waitLocked, so a task nobody waits on keeps none.
 	changed chan struct{}
 
 	// cancel stops the running turn (approval or executor) with a cause;
@@ -74,8 +74,18 @@ func (t *task) liveLocked() bool { return !t.status.State.Terminal() }
 
 // notifyLocked wakes every waiter.
 func (t *task) notifyLocked() {
-	close(t.changed)
-	t.changed = make(chan struct{})
+	if t.changed != nil {
+		close(t.changed)
+		t.changed = nil
+	}
+}
+
+// waitLocked returns a channel closed at the task's next change.
+func (t *task) waitLocked() <-chan struct{} {
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
+	return t.changed
 }
 
 // emitLocked appends ev to the log (only when someone listens) and wakes
@@ -106,6 +116,9 @@ func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.T
 	t.status = a2a.TaskStatus{State: state, Message: msg, Timestamp: &ts}
 	t.updated = now
 	final := state.Terminal() || interrupted(state)
+	if state.Terminal() {
+		t.value = nil // executor state is of no use any more; free it
+	}
 	t.emitLocked(&a2a.TaskStatusUpdateEvent{
 		TaskID:    t.id,
 		ContextID: t.contextID,
