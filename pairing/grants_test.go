@@ -6,19 +6,25 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"meshtray/keychain"
+	"meshtray/keychain/keychaintest"
 )
 
+// TestMain starts a private Secret Service (keychaintest) for the tests on
+// the real OS keychain, and checks for leaked goroutines (goleak) after.
+// With childEnv set the binary is a child process of a restart test.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(child(mode))
+	}
+	keychaintest.Main(m)
 }
 
 // flakyStore wraps a real Store, counts writes and can be told to fail them.

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -626,4 +629,45 @@ func FuzzDecodeClaim(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sasJS is the browser snippet of the SAS docstring, wrapped to read its
+// inputs from argv. Node's WebCrypto is the browser's API.
+const sasJS = `
+const [fp, deviceID, nonce, serverNonce, requestID] = process.argv.slice(2);
+(async () => {
+  const enc = new TextEncoder(), z = "\u0000";
+  const d = await crypto.subtle.digest("SHA-256", enc.encode(
+    ["meshtray-sas-v1", fp, deviceID, nonce, serverNonce, requestID].join(z)));
+  const sas = String(new DataView(d).getUint32(0) % 1000000).padStart(6, "0");
+  console.log(sas);
+})();
+`
+
+// TestSASInJavaScript runs the documented WebCrypto formula in Node and
+// checks it against SAS, as the phone page will compute it.
+func TestSASInJavaScript(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is needed to check the SAS formula the phone page uses: apt-get install -y nodejs")
+	}
+	script := filepath.Join(t.TempDir(), "sas.js")
+	if err := os.WriteFile(script, []byte(sasJS), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		id := testDeviceID(byte(i))
+		in := []string{id.Fingerprint(), id.String(), randomString(16), randomString(16), randomString(16)}
+		if i == 0 {
+			in[1] = "" // a phone claimant
+		}
+		out, err := exec.Command(node, append([]string{script}, in...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node: %v\n%s", err, out)
+		}
+		if got, want := strings.TrimSpace(string(out)), SAS(in[0], in[1], in[2], in[3], in[4]); got != want {
+			t.Fatalf("JavaScript SAS %q, Go %q for %q", got, want, in)
+		}
+	}
 }
