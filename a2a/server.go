@@ -261,7 +261,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-s.idle:
 		return nil
 	case <-ctx.Done():
-		// Executors that ignore ctx: their tasks are canceled already.
+		// Executors that ignore their ctx: end their tasks anyway, so every
+		// stream gets its final event; their late reports are dropped.
+		for _, t := range ts {
+			s.settle(t, a2a.TaskStateCanceled, agentMessage(errShuttingDown.Error()))
+		}
 		return fmt.Errorf("a2a: shutdown: %w", ctx.Err())
 	}
 }
