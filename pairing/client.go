@@ -164,11 +164,37 @@ type JoinResult struct {
 	Held  Held   // the grant the other device gave us (stored)
 	Given *Grant // the grant we gave it, nil when none
 	SAS   string
+	// FirstContact: no fingerprint was given, the one seen on first contact
+	// was pinned; only the owners' SAS comparison vouches for it.
+	FirstContact bool
+}
+
+// lookAtIssuer reads GET /pair/issuer of a peer we have no pin for: over
+// HTTPS it accepts any certificate but requires the answer's fp to be the
+// certificate's; over plain HTTP (loopback only) it takes the answer.
+func lookAtIssuer(ctx context.Context, base string) (string, error) {
+	var seen string
+	tr := &http.Transport{Proxy: nil, TLSClientConfig: ObserveTLSConfig(&seen), TLSHandshakeTimeout: 10 * time.Second}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var info PeerInfo
+	if _, err := callJSON(ctx, c, "issuer", "GET", base, "/pair/issuer", "", nil, &info); err != nil {
+		return "", err
+	}
+	fp, err := ParseFingerprint(info.FP)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(base, "https://") && seen != fp {
+		return "", &PinError{Expected: fp, Got: seen}
+	}
+	return fp, nil
 }
 
 // Join pairs this device with another meshtray as the claimant: it claims
 // with the code over HTTPS pinned to the fingerprint from the URL (plain
-// HTTP only to loopback), checks the issuer's fingerprint and the SAS it
+// HTTP only to loopback; with no fingerprint, the one GET /pair/issuer shows
+// on first contact), proves it holds its identity key (ClaimProof), checks the issuer's fingerprint and the SAS it
 // computes itself (ErrSASMismatch), reports the SAS through OnSAS,
 // long-polls until the other owner decides (ErrDenied, ErrExpired), stores
 // the received token as a held grant, and, when Give is set, issues a grant
@@ -205,6 +231,17 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 	if len(scopes) == 0 {
 		scopes = Scopes{ScopeAgent, ScopeNode}
 	}
+	firstLook := fp == ""
+	if firstLook {
+		// Address and code only: trust on first contact, checked by the
+		// owner comparing the SAS (a relaying middleman cannot make the
+		// claim's proof, bound to the fingerprint we saw, verify at the
+		// real device).
+		if fp, err = lookAtIssuer(ctx, base); err != nil {
+			return JoinResult{}, err
+		}
+		log.Warn("no fingerprint given: trusting the certificate seen on first contact; compare the verification code on both screens", "fp", shortFP(fp))
+	}
 	c, err := peerClient(base, fp)
 	if err != nil {
 		return JoinResult{}, err
@@ -213,20 +250,22 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 
 	selfID := o.Identity.ID.String()
 	nonce := randomString(32)
-	var cr ClaimResponse
-	if _, err := callJSON(ctx, c, "claim", "POST", base, "/pair/claim", "", ClaimRequest{
+	claim := ClaimRequest{
 		Code: code, Name: o.Name, OS: o.OS, DeviceID: selfID, FP: o.Identity.Fingerprint,
 		Nonce: nonce, RequestedScopes: scopes,
-	}, &cr); err != nil {
+	}
+	if err := claim.signClaim(o.Identity, fp); err != nil {
+		return JoinResult{}, err
+	}
+	var cr ClaimResponse
+	if _, err := callJSON(ctx, c, "claim", "POST", base, "/pair/claim", "", claim, &cr); err != nil {
 		return JoinResult{}, err
 	}
 	issuerFP, err := ParseFingerprint(cr.Issuer.FP)
 	if err != nil {
 		return JoinResult{}, fmt.Errorf("pairing: the peer's answer has no valid fingerprint: %w", err)
 	}
-	if fp == "" {
-		fp = issuerFP // loopback without a pin in the URL: the only case we trust the body
-	} else if issuerFP != fp {
+	if issuerFP != fp {
 		return JoinResult{}, &PinError{Expected: fp, Got: issuerFP}
 	}
 	issuerID, _ := DeviceIDFromFingerprint(fp)
@@ -252,7 +291,7 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 		return JoinResult{SAS: sas}, fmt.Errorf("pairing: approved, but the token cannot be stored: %w", err)
 	}
 	h, _ = o.Grants.Held(issuer.ID)
-	res := JoinResult{Held: h, SAS: sas}
+	res := JoinResult{Held: h, SAS: sas, FirstContact: firstLook}
 	log.Info("paired: holding a grant", "held", h)
 	if len(o.Give) == 0 {
 		return res, nil

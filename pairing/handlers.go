@@ -23,6 +23,7 @@ const (
 // Mount registers the pairing endpoints on mux, each behind the right
 // wrapper of auth:
 //
+//	GET  /pair/issuer       Public   IssuerHandler
 //	POST /pair/claim        Public   ClaimHandler
 //	GET  /pair/status/{id}  Public   StatusHandler
 //	POST /pair/revoked      Public   RevokedHandler
@@ -31,11 +32,21 @@ const (
 //
 // The phone page (GET /pair) is served elsewhere.
 func (p *Pairer) Mount(mux *http.ServeMux, auth *Auth) {
+	mux.Handle("GET /pair/issuer", auth.Public(p.IssuerHandler()))
 	mux.Handle("POST /pair/claim", auth.Public(p.ClaimHandler()))
 	mux.Handle("GET /pair/status/{id}", auth.Public(p.StatusHandler()))
 	mux.Handle("POST /pair/revoked", auth.Public(p.RevokedHandler()))
 	mux.Handle("POST /pair/reciprocate", auth.AnyGrant(p.ReciprocateHandler()))
 	mux.Handle("GET /pair/whoami", auth.AnyGrant(p.WhoAmIHandler()))
+}
+
+// IssuerHandler serves GET /pair/issuer: this device's PeerInfo (device
+// ID, name, OS, fingerprint), public like /mesh/hello, for a claimant that
+// has an address and a code but no fingerprint, and for the phone page.
+func (p *Pairer) IssuerHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, p.Issuer())
+	})
 }
 
 // ClaimHandler serves POST /pair/claim: body ClaimRequest (at most

@@ -253,6 +253,11 @@ func TestMutualPairingOverPinnedTLS(t *testing.T) {
 	if strings.Contains(out, `"`+res.SAS+`"`) || strings.Contains(out, "="+res.SAS) {
 		t.Errorf("the SAS %s is in the logs", res.SAS)
 	}
+	for _, key := range []string{"poll_token", "nonce", `"token"`, `"sig"`, "Bearer"} {
+		if strings.Contains(out, key) {
+			t.Errorf("the logs mention %s", key)
+		}
+	}
 	for _, want := range []string{"pairing request approved", "paired both ways", "held grant dropped", "grant revoked"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %q, so the grep above may have looked at nothing", want)
@@ -379,8 +384,51 @@ func TestJoinLoopbackPlainHTTP(t *testing.T) {
 			t.Errorf("Join(%s) = %v, want ErrInvalid", u, err)
 		}
 	}
-	if _, err := Join(context.Background(), JoinOptions{URL: "https://192.0.2.1:47654/pair#c=ABCDEFGH", Identity: b.id, Grants: b.g}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("https without a pin: %v", err)
+}
+
+// TestJoinFirstContact: an address and a code, no fingerprint. The claimant
+// pins what it sees first (GET /pair/issuer over TLS, the answer's fp must
+// be the certificate's), says so, and the SAS still matches.
+func TestJoinFirstContact(t *testing.T) {
+	t.Parallel()
+	a := newNode(t, "laptop", nodeOpts{})
+	b := newNode(t, "desktop", nodeOpts{})
+	s, _ := a.p.Start()
+	sas := make(chan string, 1)
+	decided := a.approveNext(t, sas, true, nil)
+	res, err := Join(context.Background(), JoinOptions{URL: a.url, Code: s.Code, Identity: b.id, Grants: b.g, Name: "desktop",
+		OnSAS: func(s string, _ PeerInfo) { sas <- s }})
+	if err != nil || <-decided != nil {
+		t.Fatal(err)
+	}
+	if !res.FirstContact || res.Held.Fingerprint != a.id.Fingerprint {
+		t.Fatalf("first contact: %+v", res)
+	}
+}
+
+// A middleman with its own certificate that relays a claim cannot make it
+// verify at the real device: the proof binds the fingerprint the claimant
+// saw (the middleman's).
+func TestRelayedClaimFails(t *testing.T) {
+	t.Parallel()
+	a := newNode(t, "laptop", nodeOpts{})
+	b := newIdentity(t, "desktop")
+	mitm := newIdentity(t, "middleman")
+	s, _ := a.p.Start()
+	c := claimFor(s.Code)
+	c.DeviceID = b.ID.String()
+	if err := c.signClaim(b, mitm.Fingerprint); err != nil { // B thinks it talks to the middleman's cert
+		t.Fatal(err)
+	}
+	if _, err := a.p.Claim(context.Background(), c, src(1)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("relayed claim: %v", err)
+	}
+	// The code was not touched: B's honest claim still works.
+	if err := c.signClaim(b, a.id.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.p.Claim(context.Background(), c, src(2)); err != nil {
+		t.Fatal(err)
 	}
 }
 

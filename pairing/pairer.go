@@ -2,9 +2,12 @@ package pairing
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,9 +133,65 @@ type ClaimRequest struct {
 	// or hex of at least 16 random bytes); it enters the SAS.
 	Nonce           string `json:"nonce"`
 	RequestedScopes Scopes `json:"requested_scopes,omitempty"`
+	// Cert and Sig prove a meshtray claimant holds the key of the device ID
+	// it claims (required with DeviceID or FP): Cert is its identity
+	// certificate, DER in standard base64; Sig the ASN.1 ECDSA signature by
+	// that certificate's key over SHA-256 of ClaimProof(issuer fp, Nonce).
+	Cert string `json:"cert,omitempty"`
+	Sig  string `json:"sig,omitempty"`
 }
 
-// LogValue implements slog.LogValuer without code and nonce.
+// ClaimProof is the message a meshtray claimant signs:
+// "meshtray-claim-v1" ‖ 00 ‖ issuer fingerprint ‖ 00 ‖ claimant nonce.
+// Binding the issuer's fingerprint keeps a proof from being replayed to
+// another device; the fresh nonce keeps it to one claim.
+func ClaimProof(issuerFP, nonce string) []byte {
+	return []byte("meshtray-claim-v1\x00" + issuerFP + "\x00" + nonce)
+}
+
+// maxCertDER bounds the claimant certificate we parse.
+const maxCertDER = 2048
+
+// signClaim fills c.Cert and c.Sig for identity id claiming at issuerFP.
+func (c *ClaimRequest) signClaim(id *Identity, issuerFP string) error {
+	key, ok := id.Cert.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return fmt.Errorf("pairing: identity key is %T, want ECDSA", id.Cert.PrivateKey)
+	}
+	digest := sha256.Sum256(ClaimProof(issuerFP, c.Nonce))
+	sig, err := ecdsa.SignASN1(rand.Reader, key, digest[:])
+	if err != nil {
+		return err
+	}
+	c.Cert = base64.StdEncoding.EncodeToString(id.Cert.Certificate[0])
+	c.Sig = base64.StdEncoding.EncodeToString(sig)
+	return nil
+}
+
+// verifyProof checks that c.Cert is c.DeviceID's certificate and c.Sig its
+// key's signature of ClaimProof(issuerFP, c.Nonce). Errors wrap ErrInvalid.
+func (c ClaimRequest) verifyProof(issuerFP string) error {
+	der, err := base64.StdEncoding.DecodeString(c.Cert)
+	if err != nil || len(der) == 0 || len(der) > maxCertDER {
+		return fmt.Errorf("%w: a claim with a device ID needs its certificate (cert)", ErrInvalid)
+	}
+	if NewDeviceID(der).String() != c.DeviceID {
+		return fmt.Errorf("%w: cert is not the certificate of device_id", ErrInvalid)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("%w: cert does not parse", ErrInvalid)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	sig, serr := base64.StdEncoding.DecodeString(c.Sig)
+	digest := sha256.Sum256(ClaimProof(issuerFP, c.Nonce))
+	if !ok || serr != nil || !ecdsa.VerifyASN1(pub, digest[:], sig) {
+		return fmt.Errorf("%w: the claim's signature does not verify with device_id's key", ErrInvalid)
+	}
+	return nil
+}
+
+// LogValue implements slog.LogValuer without code, nonce and signature.
 func (c ClaimRequest) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("name", cleanText(c.Name, MaxNameLen)), slog.String("device", shortID(c.DeviceID)))
 }
@@ -438,6 +497,12 @@ func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 	if err != nil {
 		return ClaimResponse{}, err
 	}
+	issuer := p.Issuer()
+	if c.DeviceID != "" {
+		if err := c.verifyProof(issuer.FP); err != nil {
+			return ClaimResponse{}, err
+		}
+	}
 	code := normalizeCode(c.Code)
 	replaces := []string{}
 	if c.DeviceID != "" {
@@ -470,9 +535,14 @@ func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 		}
 	}
 	if matched < 0 {
+		live := len(p.sessions)
 		killed := p.wrongAttemptLocked()
 		p.mu.Unlock()
-		p.log.Warn("pairing claim with a wrong code", "source", from.Addr.Addr().String(), "codes_killed", killed)
+		level := slog.LevelDebug // no code to guess: noise
+		if live > 0 {
+			level = slog.LevelWarn
+		}
+		p.log.Log(ctx, level, "pairing claim with a wrong code", "source", from.Addr.Addr().String(), "live_codes", live, "codes_killed", killed)
 		return ClaimResponse{}, ErrBadCode
 	}
 	p.sessions = slices.Delete(p.sessions, matched, matched+1) // single use
@@ -483,7 +553,6 @@ func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 	}
 	poll := randomString(32)
 	serverNonce := randomString(16)
-	issuer := p.Issuer()
 	r := &pending{
 		req: Request{
 			ID:              id,

@@ -125,6 +125,9 @@ func TestClaimApproveCollect(t *testing.T) {
 	c.DeviceID = strings.ToLower(strings.ReplaceAll(claimant.ID.String(), "-", ""))
 	c.FP = claimant.Fingerprint
 	c.RequestedScopes = Scopes{ScopeFull, ScopeAgent}
+	if err := c.signClaim(claimant, f.id.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := f.p.Claim(context.Background(), c, src(1))
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +265,22 @@ func TestClaimValidation(t *testing.T) {
 	f := newPairerFixture(t)
 	s := f.start(t)
 	a, b := newIdentity(t, "a"), newIdentity(t, "b")
+	signed := func(c *ClaimRequest, id *Identity, issuerFP string) {
+		c.DeviceID = id.ID.String()
+		if err := c.signClaim(id, issuerFP); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, mod := range []func(*ClaimRequest){
+		// Proof of the key behind device_id.
+		func(c *ClaimRequest) { c.DeviceID = a.ID.String() }, // no proof at all
+		func(c *ClaimRequest) { signed(c, a, f.id.Fingerprint); c.DeviceID = b.ID.String() },
+		func(c *ClaimRequest) { signed(c, a, f.id.Fingerprint); c.FP = b.Fingerprint; c.DeviceID = "" },
+		func(c *ClaimRequest) { signed(c, a, b.Fingerprint) }, // signed for another issuer
+		func(c *ClaimRequest) { signed(c, a, f.id.Fingerprint); c.Nonce = randomString(16) },
+		func(c *ClaimRequest) { signed(c, a, f.id.Fingerprint); c.Sig = c.Sig[:len(c.Sig)-4] + "AAA=" },
+		func(c *ClaimRequest) { signed(c, a, f.id.Fingerprint); c.Cert = "!!" },
+		func(c *ClaimRequest) { signed(c, a, f.id.Fingerprint); c.Cert = strings.Repeat("A", 4000) },
 		func(c *ClaimRequest) { c.Name = "" },
 		func(c *ClaimRequest) { c.Name = "\u202e\x00" },
 		func(c *ClaimRequest) { c.Nonce = "short" },
@@ -282,6 +300,9 @@ func TestClaimValidation(t *testing.T) {
 	// Invalid bodies never test the code: it is neither used nor wounded.
 	c := claimFor(s.Code)
 	c.FP = a.Fingerprint // the device ID follows from the fingerprint
+	if err := c.signClaim(a, f.id.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.p.Claim(context.Background(), c, src(99)); err != nil {
 		t.Fatalf("valid claim after invalid ones: %v", err)
 	}
