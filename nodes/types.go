@@ -75,6 +75,10 @@ var (
 	ErrUnavailable = errors.New("nodes: capability unavailable")
 	// ErrDenied: policy deny, or the owner denied the call.
 	ErrDenied = errors.New("nodes: call denied")
+	// ErrTimeout: the capability ran past its own time limit (system.run's
+	// timeout); the wrapped error names the limit. A caller's own deadline
+	// shows as context.DeadlineExceeded instead.
+	ErrTimeout = errors.New("nodes: call timed out")
 )
 
 // ParamError says which parameters are missing or invalid, checked against

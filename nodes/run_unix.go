@@ -1,0 +1,18 @@
+//go:build unix
+
+package nodes
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// killProcessGroup starts cmd as the leader of a new process group and makes
+// its cancellation kill the whole group (kill(2) with a negative pid), so
+// children the command started die with it.
+func killProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
