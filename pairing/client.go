@@ -513,7 +513,8 @@ func (p *Pairer) background(fn func(ctx context.Context)) {
 // a grant from, for the outbound A2A and node clients: TLS pinned to the
 // held fingerprint (whatever address the request goes to, so the mesh
 // table's current address can be used), plain HTTP only to loopback, the
-// held token in `Authorization: Bearer`, no proxy, and every answer passed
+// held token in `Authorization: Bearer`, no proxy, no redirects followed
+// with the token, and every answer passed
 // to Refused, so a 401 for a revoked token drops the held grant.
 func (g *Grants) PeerTransport(peerID string) (http.RoundTripper, error) {
 	h, err := g.Held(peerID)
@@ -536,6 +537,9 @@ type peerTransport struct {
 }
 
 func (t *peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Response != nil {
+		return nil, fmt.Errorf("pairing: refusing to follow a redirect from %s with a grant token", t.h.Name)
+	}
 	if req.URL.Scheme != "https" && !(req.URL.Scheme == "http" && isLoopbackHost(req.URL.Hostname())) {
 		return nil, fmt.Errorf("%w: refusing to send a grant token over plain http to %s", ErrInvalid, req.URL.Host)
 	}

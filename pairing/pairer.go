@@ -631,8 +631,9 @@ func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscr
 // Decide records the owner's decision on request id. On approval it issues
 // a grant to the claimant (policy ask) with scopes, or, when scopes is nil,
 // with the requested scopes minus ScopeFull (full is never granted by
-// default), revokes the grants this device ID held before (Request.Replaces),
-// and keeps the token for the one status call that collects it. Errors:
+// default), and keeps the token for the one status call that collects it;
+// that collection revokes the grants this device ID held before
+// (Request.Replaces). Errors:
 // ErrNoRequest, ErrDecided, ErrExpired, ErrInvalid (no scopes), keychain
 // errors from Issue.
 func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
@@ -675,23 +676,36 @@ func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
 		p.mu.Unlock()
 		return Grant{}, err
 	}
+	if p.closed { // Close ran while we issued: nobody will collect the token
+		r.state = statePending
+		p.mu.Unlock()
+		p.o.Grants.Revoke(gr.ID)
+		return Grant{}, ErrClosed
+	}
 	r.token, r.grantID, r.scopes = token, gr.ID, scopes
 	r.collectBy = p.o.Now().Add(p.o.RequestTTL)
 	r.finish(stateApproved, r.collectBy)
 	p.mu.Unlock()
 	p.changes.notify()
 	p.log.Info("pairing request approved", "request", req, "grant", gr)
+	return gr, nil
+}
 
-	if req.DeviceID != "" {
-		for _, old := range p.o.Grants.ByPeer(req.DeviceID) {
-			if old.ID != gr.ID {
-				if err := p.o.Grants.Revoke(old.ID); err != nil && !errors.Is(err, ErrNoGrant) {
-					p.log.Warn("cannot revoke the grant a re-paired device had", "grant", old, "err", err)
-				}
-			}
+// replaceOlder revokes the grants device held before grant keep, once the
+// new token is in its hands (a device pairs once; until then a failed
+// re-pairing leaves the old grant working).
+func (p *Pairer) replaceOlder(device, keep string) {
+	if device == "" {
+		return
+	}
+	for _, old := range p.o.Grants.ByPeer(device) {
+		if old.ID == keep {
+			continue
+		}
+		if err := p.o.Grants.Revoke(old.ID); err != nil && !errors.Is(err, ErrNoGrant) {
+			p.log.Warn("cannot revoke the grant a re-paired device had", "grant", old, "err", err)
 		}
 	}
-	return gr, nil
 }
 
 func (r *pending) decidable() error {
@@ -763,6 +777,7 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 			delete(p.reqs, id)
 			p.mu.Unlock()
 			p.log.Info("pairing token collected", "request", r.req, "grant_id", resp.GrantID)
+			p.replaceOlder(r.req.DeviceID, resp.GrantID)
 			return resp, nil
 		case stateDenied:
 			resp.Status = StatusDenied

@@ -692,3 +692,52 @@ func TestSASInJavaScript(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairReplacesOnCollection: a device that pairs again sees its old
+// grant listed in Replaces; the old grant keeps working until the new token
+// is collected, then it is revoked.
+func TestRepairReplacesOnCollection(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	dev := newIdentity(t, "desk")
+	pair := func(i int) (ClaimResponse, Request) {
+		t.Helper()
+		s := f.start(t)
+		c := claimFor(s.Code)
+		c.DeviceID = dev.ID.String()
+		if err := c.signClaim(dev, f.id.Fingerprint); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := f.p.Claim(context.Background(), c, src(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := <-f.reqs
+		if _, err := f.p.Decide(r.ID, true, nil); err != nil {
+			t.Fatal(err)
+		}
+		return resp, r
+	}
+	first, r1 := pair(1)
+	st1, err := f.p.Status(context.Background(), first.RequestID, first.PollToken)
+	if err != nil || len(r1.Replaces) != 0 {
+		t.Fatalf("first pairing: %v, replaces %v", err, r1.Replaces)
+	}
+	second, r2 := pair(2)
+	if len(r2.Replaces) != 1 || r2.Replaces[0] != st1.GrantID {
+		t.Fatalf("Replaces = %v, want [%s]", r2.Replaces, st1.GrantID)
+	}
+	if _, err := f.g.Authenticate(st1.Token); err != nil {
+		t.Fatalf("old grant refused before the new token was collected: %v", err)
+	}
+	st2, err := f.p.Status(context.Background(), second.RequestID, second.PollToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.g.Authenticate(st1.Token); !errors.Is(err, ErrUnknownToken) {
+		t.Fatalf("old grant after re-pairing: %v", err)
+	}
+	if _, err := f.g.Authenticate(st2.Token); err != nil {
+		t.Fatal(err)
+	}
+}
