@@ -177,4 +177,3 @@ func (c *clipboard) write(ctx context.Context, text string) error {
 	}
 	return nil
 }
-
