@@ -196,11 +196,10 @@ func rssBytes() uint64 {
 	return 0
 }
 
-// benchRegistry is the node registry of the benchmark: the real
-// nodes.Registry when it is available (see newBenchRegistry), else the
-// test double.
-var newBenchRegistry = func(t *testing.T) (NodeRegistry, string) {
-	return &fakeRegistry{discard: true}, "device.info (test double registry)"
+// newBenchRegistry is the node registry of the benchmark: the real
+// nodes.Registry with its device.info.
+func newBenchRegistry(t *testing.T) (NodeRegistry, string) {
+	return realRegistry(t, nil), "device.info (real nodes.Registry)"
 }
 
 func TestBenchReport(t *testing.T) {

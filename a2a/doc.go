@@ -1,0 +1,22 @@
+// Package a2a is meshtray's A2A surface (protocol 0.3.0, JSON-RPC binding):
+// the Agent Card, the JSON-RPC server, the task engine and the built-in node
+// executor. Wire types are a2a-go v0.3.15's (imported as a2a); this package
+// is imported as agent "meshtray/a2a" where both are needed.
+//
+//   - Server (NewServer): ServeHTTP serves POST /a2a/v1 behind the auth
+//     middleware (the caller is pairing.PrincipalFrom); CardHandler serves
+//     /.well-known/agent-card.json (404 while unpublished); Status, Tasks,
+//     SetPublished and Shutdown are for app.
+//   - Tasks: created in submitted ("waiting for approval on <device>"), the
+//     Approver decides (refused: rejected), the Executor runs turns
+//     (working, then completed | failed | input-required; canceled by
+//     tasks/cancel or Shutdown). Terminal states are final.
+//   - Bounds: request body (1 MiB), store (512 tasks, oldest terminal
+//     evicted, never a live one), live tasks per owner (16), stored message
+//     bytes (64 MiB), turns per task (32), streams per task (8), artifacts
+//     per task (64).
+//   - Errors: JSON-RPC 2.0 codes, A2A's -32001..-32007, and meshtray's
+//     -32010 (live-task cap), -32011 (store full), -32012 (unavailable),
+//     always with HTTP 200 and Content-Type application/json.
+//   - NodeExecutor maps a message to one nodes capability call.
+package a2a
