@@ -44,11 +44,12 @@ func ensureNodeModules(t *testing.T) string {
 
 // TestJSClient: the official @a2a-js/sdk 0.3.14 client resolves the card,
 // sends a message (blocking) and streams a task against the server, over
-// a real loopback listener, through the node executor.
+// a real loopback listener, through the node executor on the real nodes registry.
 func TestJSClient(t *testing.T) {
 	t.Parallel()
 	node := ensureNodeModules(t)
-	env := newEnv(t, Options{Executor: NewNodeExecutor(&fakeRegistry{}, nil), Manifest: testManifest})
+	reg := realRegistry(t, nil)
+	env := newEnv(t, Options{Executor: NewNodeExecutor(reg, nil), Manifest: reg})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -59,6 +60,7 @@ func TestJSClient(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("node client.mjs: %v\nstderr:\n%s", err, stderr.String())
 	}
+	hostname, _ := os.Hostname()
 	var out struct {
 		Card struct {
 			Name, URL, ProtocolVersion string
@@ -93,7 +95,7 @@ func TestJSClient(t *testing.T) {
 	}
 	s := out.Sent
 	if s.Kind != "task" || s.Status.State != "completed" || len(s.Artifacts) != 1 || len(s.Artifacts[0].Parts) != 2 ||
-		s.Artifacts[0].Parts[0].Kind != "data" || s.Artifacts[0].Parts[0].Data["hostname"] != "testbox" {
+		s.Artifacts[0].Parts[0].Kind != "data" || s.Artifacts[0].Parts[0].Data["hostname"] != hostname {
 		t.Errorf("message/send result: %+v", s)
 	}
 	var kinds []string
