@@ -76,7 +76,7 @@ func (s *Server) CardHandler() http.Handler {
 		if r.TLS != nil {
 			scheme = "https"
 		}
-		card := s.Card(scheme + "://" + r.Host)
+		card := s.card(scheme + "://" + r.Host)
 		data, err := json.Marshal(card)
 		if err != nil {
 			s.log.Error("marshal agent card", "err", err)
@@ -110,10 +110,9 @@ func validHost(h string) bool {
 	return true
 }
 
-// Card builds the Agent Card for base (scheme://host:port, no trailing
-// slash). It is what CardHandler serves; app also uses it for the status
-// surface's card URL.
-func (s *Server) Card(base string) any {
+// card builds the Agent Card for base (scheme://host:port, no trailing
+// slash), as CardHandler serves it.
+func (s *Server) card(base string) cardJSON {
 	name := s.deviceName()
 	desc := fmt.Sprintf("meshtray node %q", name)
 	if s.opts.OSEnvironment != "" {
