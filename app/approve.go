@@ -1,0 +1,236 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	agent "meshtray/a2a"
+	"meshtray/nodes"
+	"meshtray/pairing"
+)
+
+// maxDetail bounds the text an approval shows of a request (bytes).
+const maxDetail = 4 << 10
+
+// taskApprover decides on new incoming A2A tasks: the grant's policy, and
+// the approvals queue for policy ask.
+type taskApprover struct{ n *Node }
+
+var _ agent.Approver = taskApprover{}
+
+func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) agent.Decision {
+	n := ta.n
+	p := t.Caller
+	if p == nil || p.Local {
+		return agent.Decision{Reason: "no grant behind the request"}
+	}
+	// Re-read the grant: its policy may have changed since authentication.
+	g, err := n.grants.Get(p.Grant.ID)
+	if err != nil {
+		return agent.Decision{Reason: "grant no longer exists"}
+	}
+	switch g.Policy {
+	case pairing.PolicyAllow:
+		return agent.Decision{Approved: true}
+	case pairing.PolicyDeny:
+		return agent.Decision{Reason: fmt.Sprintf("delegations from %q are denied by policy", g.Name)}
+	}
+	a := approvalFrom(p, g)
+	a.Kind = KindDelegation
+	a.Summary = t.Summary
+	a.Detail = messageText(t.Message)
+	a.TaskID = string(t.TaskID)
+	d, err := n.approvals.Ask(ctx, a)
+	if err != nil {
+		return agent.Decision{Reason: "withdrawn: " + err.Error()}
+	}
+	n.applyAlways(g, d)
+	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+}
+
+// capabilityApprover asks the owner about capability calls under policy ask.
+type capabilityApprover struct{ n *Node }
+
+var _ nodes.Approver = capabilityApprover{}
+
+func (ca capabilityApprover) ApproveCall(ctx context.Context, c nodes.CallApproval) (bool, string) {
+	n := ca.n
+	a := Approval{Kind: KindCapability, Peer: "this device", Summary: c.Summary, Detail: string(c.Call.Params)}
+	var g pairing.Grant
+	if p := c.Call.Caller; p != nil && !p.Local {
+		var err error
+		if g, err = n.grants.Get(p.Grant.ID); err != nil {
+			return false, "grant no longer exists"
+		}
+		a = approvalFrom(p, g)
+		a.Kind, a.Summary, a.Detail = KindCapability, c.Summary, truncate(string(c.Call.Params), maxDetail)
+	}
+	d, err := n.approvals.Ask(ctx, a)
+	if err != nil {
+		return false, "withdrawn: " + err.Error()
+	}
+	if g.ID != "" {
+		n.applyAlways(g, d)
+	}
+	return d.Approved(), d.Reason
+}
+
+// applyAlways turns "Always allow from this device" into the grant's policy.
+func (n *Node) applyAlways(g pairing.Grant, d ApprovalDecision) {
+	if !d.Approved() || !d.Always || g.ID == "" {
+		return
+	}
+	if err := n.grants.SetPolicy(g.ID, pairing.PolicyAllow); err != nil {
+		n.log.Warn("cannot set grant policy to allow", "grant_id", g.ID, "err", err)
+		return
+	}
+	n.log.Info("grant policy set to allow by the owner", "grant_id", g.ID)
+}
+
+// approvalFrom fills who is asking from the principal and its grant.
+func approvalFrom(p *pairing.Principal, g pairing.Grant) Approval {
+	a := Approval{GrantID: g.ID, Peer: g.Name, DeviceID: g.PeerID, OS: g.OS, Via: string(p.Listener)}
+	if p.RemoteAddr.IsValid() {
+		a.Addr = p.RemoteAddr.Addr().String()
+	}
+	if p.Tailnet != nil {
+		a.TailnetUser, a.TailnetNode = p.Tailnet.User, p.Tailnet.Node
+	}
+	return a
+}
+
+// onPairingRequest queues a pairing claim for the owner; the decision goes
+// back to the pairer.
+func (n *Node) onPairingRequest(r pairing.Request) {
+	a := Approval{
+		Kind:     KindPairing,
+		Peer:     r.Name,
+		DeviceID: r.DeviceID,
+		OS:       r.OS,
+		Via:      string(r.Listener),
+		Summary:  fmt.Sprintf("pair with %s, asking for %s", r.Name, scopesOrNone(r.RequestedScopes)),
+		Scopes:   r.RequestedScopes,
+		SAS:      r.SAS,
+		Expires:  r.Expires,
+	}
+	if r.Source.IsValid() {
+		a.Addr = r.Source.Addr().String()
+	}
+	if r.Tailnet != nil {
+		a.TailnetUser, a.TailnetNode = r.Tailnet.User, r.Tailnet.Node
+	}
+	if len(r.Replaces) > 0 {
+		a.Detail = fmt.Sprintf("This device is already paired; approving replaces %d earlier grant(s).", len(r.Replaces))
+	}
+	_, err := n.approvals.Post(a, func(d ApprovalDecision) {
+		if !d.Approved() {
+			if _, err := n.pairer.Decide(r.ID, false, nil); err != nil {
+				n.log.Debug("pairing denial not delivered", "err", err)
+			}
+			return
+		}
+		scopes := d.Scopes
+		if len(scopes) == 0 {
+			scopes = defaultPairingScopes(r.RequestedScopes)
+		}
+		g, err := n.pairer.Decide(r.ID, true, scopes)
+		if err != nil {
+			n.log.Warn("pairing approval failed", "err", err)
+			return
+		}
+		n.log.Info("paired", "grant", g)
+	})
+	if err != nil {
+		n.log.Warn("pairing request refused", "err", err)
+		n.pairer.Decide(r.ID, false, nil)
+	}
+}
+
+// defaultPairingScopes is what "approve" grants when the owner names no
+// scopes: what the claimant asked for, but never full (that takes an
+// explicit choice), and at least agent.
+func defaultPairingScopes(requested pairing.Scopes) pairing.Scopes {
+	var out pairing.Scopes
+	for _, s := range requested {
+		if s == pairing.ScopeAgent || s == pairing.ScopeNode {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		out = pairing.Scopes{pairing.ScopeAgent}
+	}
+	return out
+}
+
+func scopesOrNone(s pairing.Scopes) string {
+	if len(s) == 0 {
+		return "no scopes"
+	}
+	return s.String()
+}
+
+// Decide applies the owner's decision to a pending approval. For a pairing,
+// the scopes are checked here so a typo is an error, not a silent default.
+func (n *Node) Decide(id string, d ApprovalDecision) error {
+	if len(d.Scopes) > 0 {
+		sc, err := pairing.NormalizeScopes(d.Scopes)
+		if err != nil {
+			return badRequest("%v", err)
+		}
+		d.Scopes = sc
+	}
+	return n.approvals.Decide(id, d)
+}
+
+// Approvals lists the pending approvals.
+func (n *Node) Approvals() []Approval { return n.approvals.List() }
+
+// messageText is what the owner reads of an A2A message: its text parts,
+// then its data parts as JSON, bounded.
+func messageText(m *a2a.Message) string {
+	if m == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range m.Parts {
+		switch p := p.(type) {
+		case a2a.TextPart:
+			b.WriteString(p.Text)
+			b.WriteByte('\n')
+		case a2a.DataPart:
+			j, _ := json.Marshal(p.Data)
+			b.Write(j)
+			b.WriteByte('\n')
+		case a2a.FilePart:
+			name := "unnamed"
+			switch f := p.File.(type) {
+			case a2a.FileBytes:
+				name = f.Name
+			case a2a.FileURI:
+				name = f.URI
+			}
+			fmt.Fprintf(&b, "[file %s]\n", name)
+		}
+		if b.Len() > maxDetail {
+			break
+		}
+	}
+	return truncate(strings.TrimSpace(b.String()), maxDetail)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }

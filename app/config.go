@@ -1,0 +1,217 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPort is the TCP port of the node's HTTP surfaces (DESIGN.md).
+const DefaultPort = 47654
+
+// Keychain backends selectable with --keychain.
+const (
+	KeychainOS   = "os"
+	KeychainFile = "file"
+)
+
+// Config is the node's configuration: defaults, then the config file in the
+// state dir (config.toml or config.json, same keys), then command-line flags.
+// Runtime toggles the owner flips while the node runs (A2A publishing, LAN
+// reachability, capability policies) are Settings, not Config.
+type Config struct {
+	// StateDir holds the config file, settings, the lock, the control token
+	// and, with --keychain file, the secrets file. Default: the OS user config
+	// dir + "/meshtray".
+	StateDir string `toml:"-" json:"-"`
+	// Port is the TCP port of every listener (loopback HTTP, tailnet/LAN HTTPS).
+	Port int `toml:"port" json:"port"`
+	// Name is the device name shown to peers. Default: the host name.
+	Name string `toml:"name" json:"name"`
+	// Keychain is "os" (go-keyring) or "file" (0600 file in the state dir).
+	Keychain string `toml:"keychain" json:"keychain"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level" json:"log_level"`
+	// ApprovalTimeout is how long a delegation or capability call waits for
+	// the owner before it is refused.
+	ApprovalTimeout Duration `toml:"approval_timeout" json:"approval_timeout"`
+	// Tailscale enables the tailnet watcher and HTTPS listeners on the
+	// device's tailnet addresses.
+	Tailscale *bool `toml:"tailscale" json:"tailscale"`
+
+	A2A   A2AConfig   `toml:"a2a" json:"a2a"`
+	Nodes NodesConfig `toml:"nodes" json:"nodes"`
+
+	// keychainFromFile records that the config file (not a flag) chose the
+	// keychain backend; see the --keychain rule in Open.
+	keychainFromFile bool
+}
+
+// A2AConfig configures the A2A surface.
+type A2AConfig struct {
+	MaxTasks        int           `toml:"max_tasks" json:"max_tasks"`                   // task store bound (default 512)
+	MaxLivePerGrant int           `toml:"max_live_per_grant" json:"max_live_per_grant"` // live tasks per grant (default 16)
+	Forward         ForwardConfig `toml:"forward" json:"forward"`
+}
+
+// ForwardConfig relays approved incoming tasks to another A2A agent.
+type ForwardConfig struct {
+	URL   string `toml:"url" json:"url"`     // base URL of the upstream agent (its card is fetched)
+	Token string `toml:"token" json:"token"` // bearer token for it; prefer `meshtray forward set --token-stdin` (keychain)
+}
+
+// NodesConfig configures the capability registry.
+type NodesConfig struct {
+	// Run is the system.run allowlist; empty means system.run is unavailable.
+	Run []RunRule `toml:"run" json:"run"`
+}
+
+// RunRule allows one program for system.run.
+type RunRule struct {
+	Name    string   `toml:"name" json:"name"`       // argv[0] as the caller sends it
+	Path    string   `toml:"path" json:"path"`       // absolute path; default: looked up in PATH at start
+	Timeout Duration `toml:"timeout" json:"timeout"` // default and maximum run time
+}
+
+// Duration is a time.Duration written as "90s", "2m" in config files.
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// DefaultStateDir is the OS user config dir + "/meshtray".
+func DefaultStateDir() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "meshtray")
+}
+
+// Defaults returns the configuration before the config file and flags.
+func Defaults() Config {
+	name, _ := os.Hostname()
+	return Config{
+		StateDir:        DefaultStateDir(),
+		Port:            DefaultPort,
+		Name:            name,
+		Keychain:        KeychainOS,
+		LogLevel:        "info",
+		ApprovalTimeout: Duration{120 * time.Second},
+		A2A:             A2AConfig{MaxTasks: 512, MaxLivePerGrant: 16},
+	}
+}
+
+// ConfigFiles are the config file names looked for in the state dir.
+var ConfigFiles = []string{"config.toml", "config.json"}
+
+// LoadConfigFile overlays the config file found in cfg.StateDir onto cfg.
+// A missing file is not an error; two files, or an unknown key, are.
+func LoadConfigFile(cfg *Config) (path string, err error) {
+	var found []string
+	for _, name := range ConfigFiles {
+		p := filepath.Join(cfg.StateDir, name)
+		if _, err := os.Stat(p); err == nil {
+			found = append(found, p)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", fmt.Errorf("both %s and %s exist: keep one", found[0], found[1])
+	}
+	path = found[0]
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return path, err
+	}
+	before := cfg.Keychain
+	fileCfg := *cfg
+	fileCfg.Keychain = ""
+	if strings.HasSuffix(path, ".toml") {
+		md, err := toml.Decode(string(b), &fileCfg)
+		if err != nil {
+			return path, fmt.Errorf("%s: %w", path, err)
+		}
+		if un := md.Undecoded(); len(un) > 0 {
+			return path, fmt.Errorf("%s: unknown key %q", path, un[0].String())
+		}
+	} else {
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&fileCfg); err != nil {
+			return path, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if fileCfg.Keychain == "" {
+		fileCfg.Keychain = before
+	} else {
+		fileCfg.keychainFromFile = true
+	}
+	*cfg = fileCfg
+	return path, nil
+}
+
+// Validate checks the configuration and fills derived defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Port < 0 || c.Port > 65535 { // 0: any free port (tests)
+		errs = append(errs, fmt.Errorf("port %d out of range 1-65535", c.Port))
+	}
+	if strings.TrimSpace(c.Name) == "" {
+		errs = append(errs, errors.New("name is empty"))
+	}
+	if len(c.Name) > 64 {
+		errs = append(errs, fmt.Errorf("name is %d bytes long; at most 64", len(c.Name)))
+	}
+	switch c.Keychain {
+	case KeychainOS, KeychainFile:
+	default:
+		errs = append(errs, fmt.Errorf("keychain %q: want %q or %q", c.Keychain, KeychainOS, KeychainFile))
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ApprovalTimeout.Duration <= 0 {
+		errs = append(errs, errors.New("approval_timeout must be positive"))
+	}
+	if c.A2A.MaxTasks <= 0 || c.A2A.MaxLivePerGrant <= 0 {
+		errs = append(errs, errors.New("a2a.max_tasks and a2a.max_live_per_grant must be positive"))
+	}
+	for i, r := range c.Nodes.Run {
+		if r.Name == "" {
+			errs = append(errs, fmt.Errorf("nodes.run[%d]: name is empty", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TailscaleEnabled reports whether the tailnet watcher runs (default on).
+func (c *Config) TailscaleEnabled() bool { return c.Tailscale == nil || *c.Tailscale }
+
+// ParseLogLevel maps debug|info|warn|error to a slog.Level.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

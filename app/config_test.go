@@ -1,0 +1,150 @@
+package app
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadConfigFile(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		files   map[string]string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "none", check: func(t *testing.T, c Config) {
+			if c.Port != DefaultPort || c.Keychain != KeychainOS || c.keychainFromFile {
+				t.Errorf("defaults changed: %+v", c)
+			}
+		}},
+		{name: "toml", files: map[string]string{"config.toml": `
+port = 47700
+name = "desk"
+keychain = "file"
+approval_timeout = "30s"
+[a2a]
+max_tasks = 64
+[a2a.forward]
+url = "http://127.0.0.1:9999"
+[[nodes.run]]
+name = "uname"
+timeout = "5s"
+`}, check: func(t *testing.T, c Config) {
+			if c.Port != 47700 || c.Name != "desk" || c.Keychain != KeychainFile || !c.keychainFromFile {
+				t.Errorf("got %+v", c)
+			}
+			if c.ApprovalTimeout.Duration != 30*time.Second || c.A2A.MaxTasks != 64 || c.A2A.MaxLivePerGrant != 16 {
+				t.Errorf("got %+v", c)
+			}
+			if c.A2A.Forward.URL != "http://127.0.0.1:9999" || len(c.Nodes.Run) != 1 || c.Nodes.Run[0].Timeout.Duration != 5*time.Second {
+				t.Errorf("got %+v", c)
+			}
+		}},
+		{name: "json", files: map[string]string{"config.json": `{"port": 47701, "log_level": "debug"}`},
+			check: func(t *testing.T, c Config) {
+				if c.Port != 47701 || c.LogLevel != "debug" || c.keychainFromFile {
+					t.Errorf("got %+v", c)
+				}
+			}},
+		{name: "unknown toml key", files: map[string]string{"config.toml": "prot = 1\n"}, wantErr: `unknown key "prot"`},
+		{name: "unknown json key", files: map[string]string{"config.json": `{"prot": 1}`}, wantErr: `unknown field "prot"`},
+		{name: "both", files: map[string]string{"config.toml": "", "config.json": "{}"}, wantErr: "keep one"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			for name, body := range tt.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := Defaults()
+			c.StateDir = dir
+			_, err := LoadConfigFile(&c)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	c := Defaults()
+	c.Port = 70000
+	c.Keychain = "vault"
+	c.LogLevel = "loud"
+	err := c.Validate()
+	for _, want := range []string{"port 70000", `keychain "vault"`, `log level "loud"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+func TestStateLock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, err := AcquireLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = AcquireLock(dir)
+	var running *ErrAlreadyRunning
+	if !errors.As(err, &running) || running.PID != os.Getpid() {
+		t.Fatalf("second lock: %v, want ErrAlreadyRunning with our pid", err)
+	}
+	if !strings.Contains(err.Error(), "already running (pid ") {
+		t.Fatalf("message %q", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := AcquireLock(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	l2.Release()
+}
+
+func TestSettingsPersist(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := openSettings(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Update(func(s *Settings) { s.A2AEnabled = true; s.LAN = true }); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, settingsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("settings mode %v, want 0600", fi.Mode().Perm())
+	}
+	st2, err := openSettings(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st2.Get(); !s.A2AEnabled || !s.LAN {
+		t.Fatalf("reloaded settings = %+v", s)
+	}
+}

@@ -1,0 +1,212 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"meshtray/keychain"
+	"meshtray/pairing"
+)
+
+// maxControlBody bounds every control-API request body.
+const maxControlBody = 64 << 10
+
+// controlRoutes mounts the local control API on mux; every route goes
+// through auth.Local (the local owner on loopback, or a grant with scope full).
+func (n *Node) controlRoutes(mux *http.ServeMux) {
+	local := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, n.auth.Local(h))
+	}
+	local("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Status())
+	})
+	local("GET /a2a/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.A2AStatus())
+	})
+	local("POST /a2a/status", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if !readJSON(w, r, &req) {
+			return
+		}
+		if req.Enabled == nil {
+			writeError(w, http.StatusBadRequest, errors.New(`body must be {"enabled": true|false}`))
+			return
+		}
+		st, err := n.SetA2A(*req.Enabled)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	local("GET /config", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Settings())
+	})
+	local("POST /config", func(w http.ResponseWriter, r *http.Request) {
+		var req ConfigUpdate
+		if !readJSON(w, r, &req) {
+			return
+		}
+		st, err := n.UpdateSettings(req)
+		if err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	local("GET /approvals", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.approvals.List())
+	})
+	local("POST /approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var d ApprovalDecision
+		if !readJSON(w, r, &d) {
+			return
+		}
+		if err := n.Decide(r.PathValue("id"), d); err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	local("GET /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Devices())
+	})
+	local("POST /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
+		var req GrantRequest
+		if !readJSON(w, r, &req) {
+			return
+		}
+		tok, err := n.CreateGrant(req)
+		if err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, tok)
+	})
+	local("POST /nodes/devices/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var req GrantUpdate
+		if !readJSON(w, r, &req) {
+			return
+		}
+		tok, err := n.UpdateGrant(r.PathValue("id"), req)
+		if err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		if tok.Token != "" {
+			writeJSON(w, http.StatusOK, tok)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	local("GET /events", n.serveEvents)
+}
+
+// serveEvents streams change notices as server-sent events until the client
+// leaves or the node stops: `data: {"types":["approvals"]}`.
+func (n *Node) serveEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
+		return
+	}
+	sub := n.events.Subscribe()
+	defer sub.Close()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": meshtray events\n\n")
+	fl.Flush()
+	ctx := r.Context()
+	for {
+		// Wait for a change, or 25 s for a keep-alive comment that tells
+		// proxies and the client the stream is alive.
+		wait, cancel := context.WithTimeout(ctx, 25*time.Second)
+		ts, err := sub.Next(wait)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			_, err = fmt.Fprint(w, ": keep-alive\n\n")
+		} else {
+			b, _ := json.Marshal(map[string][]EventType{"types": ts})
+			_, err = fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		if err != nil {
+			return
+		}
+		fl.Flush()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	b, _ := json.Marshal(map[string]string{"error": err.Error()})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// readJSON decodes a bounded JSON body into v; on failure it answers 400
+// (413 when too large) and returns false.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, maxControlBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", maxControlBody))
+			return false
+		}
+		if errors.Is(err, io.EOF) {
+			err = errors.New("empty body: JSON expected")
+		}
+		writeError(w, http.StatusBadRequest, fmt.Errorf("bad JSON body: %w", err))
+		return false
+	}
+	return true
+}
+
+// statusFor maps the errors of node operations to HTTP statuses.
+func statusFor(err error) int {
+	var bad *badRequestError
+	switch {
+	case errors.As(err, &bad), errors.Is(err, ErrBadDecision):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNoApproval), errors.Is(err, pairing.ErrNoGrant), errors.Is(err, keychain.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrQueueFull):
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+// badRequestError marks an error caused by the request's content.
+type badRequestError struct{ error }
+
+func (e *badRequestError) Unwrap() error { return e.error }
+
+func badRequest(format string, args ...any) error {
+	return &badRequestError{fmt.Errorf(format, args...)}
+}

@@ -1,0 +1,583 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/shirou/gopsutil/v3/host"
+
+	agent "meshtray/a2a"
+	"meshtray/keychain"
+	"meshtray/mesh"
+	"meshtray/nodes"
+	"meshtray/pairing"
+)
+
+// Node is the whole meshtray daemon: keychain, identity, grants, the
+// capability registry, the A2A engine, pairing, discovery, the approvals
+// queue and the HTTP surfaces. `meshtray serve` and the tray app run exactly
+// this; the tray only adds a menu.
+//
+// Use: NewNode, Start, then Close (or Run, which does all three).
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	events    hub
+	approvals *Approvals
+
+	// Set by Start; read-only afterwards.
+	lock         *StateLock
+	settings     *settingsStore
+	ks           keychain.Store
+	identity     *pairing.Identity
+	grants       *pairing.Grants
+	auth         *pairing.Auth
+	pairer       *pairing.Pairer
+	registry     *nodes.Registry
+	agent        *agent.Server
+	disc         *mesh.Discovery
+	listeners    *listenerSet
+	osEnv        string
+	controlToken string
+	loopback     string // base URL of the loopback listener
+
+	ctx    context.Context // canceled by Close: ends long-lived handlers and loops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background loops
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewNode checks cfg and returns a node ready to Start.
+func NewNode(cfg Config, logger *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, log: logger}
+	n.approvals = newApprovals(cfg.ApprovalTimeout.Duration, func() { n.events.Publish(EventApprovals) })
+	return n, nil
+}
+
+// Config returns the node's configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// Run starts the node, serves until ctx ends, then shuts down cleanly.
+func (n *Node) Run(ctx context.Context) error {
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	n.log.Info("shutting down")
+	return n.Close()
+}
+
+// keychainService names this node's items in the OS keychain: "meshtray" for
+// the default state dir, "meshtray:<8 hex of sha256(abs dir)>" for others,
+// so two nodes on one machine never share items.
+func keychainService(stateDir string) string {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	if def, err := filepath.Abs(DefaultStateDir()); err == nil && def == abs {
+		return "meshtray"
+	}
+	h := sha256.Sum256([]byte(abs))
+	return "meshtray:" + hex.EncodeToString(h[:4])
+}
+
+func (n *Node) openKeychain() (keychain.Store, error) {
+	dir := n.cfg.StateDir
+	if n.cfg.Keychain == KeychainFile {
+		return keychain.OpenFile(filepath.Join(dir, keychainFile))
+	}
+	ks, err := keychain.OpenOS(keychainService(dir), filepath.Join(dir, keychainLock))
+	if err != nil {
+		return nil, fmt.Errorf("%w\nmeshtray keeps its identity and grants in the OS keychain and none is reachable here.\n"+
+			"Start it with --keychain file to keep them in a 0600 file in %s instead,\n"+
+			"or set keychain = \"file\" in %s", err, dir, filepath.Join(dir, "config.toml"))
+	}
+	return ks, nil
+}
+
+// Start brings the node up: it takes the state-dir lock (a second node on
+// the same state dir gets *ErrAlreadyRunning), opens the keychain, loads or
+// creates the identity, and starts serving on 127.0.0.1:Port. It returns
+// once the loopback listener accepts connections.
+func (n *Node) Start(ctx context.Context) (err error) {
+	cfg := n.cfg
+	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if n.lock, err = AcquireLock(cfg.StateDir); err != nil {
+		return err
+	}
+	// Bind the loopback port first: a port in use is the likeliest failure
+	// and should not leave a half-started node behind.
+	lbLn, err := listenLoopback(cfg.Port)
+	if err != nil {
+		return fmt.Errorf("listen on 127.0.0.1:%d: %w (is another program using the port? choose one with --port)", cfg.Port, err)
+	}
+	defer func() {
+		if err != nil {
+			lbLn.Close()
+		}
+	}()
+	cfg.Port = lbLn.Addr().(*net.TCPAddr).Port
+	n.cfg.Port = cfg.Port
+	n.loopback = "http://" + lbLn.Addr().String()
+	if n.settings, err = openSettings(cfg.StateDir); err != nil {
+		return err
+	}
+	if n.ks, err = n.openKeychain(); err != nil {
+		return err
+	}
+	if n.identity, err = pairing.LoadOrCreateIdentity(n.ks, cfg.Name); err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	if n.grants, err = pairing.NewGrants(n.ks, n.log.With("pkg", "pairing")); err != nil {
+		return fmt.Errorf("grants: %w", err)
+	}
+	settings := n.settings.Get()
+
+	info, herr := host.Info()
+	if herr != nil || info == nil {
+		n.log.Warn("host info incomplete", "err", herr)
+		info = &host.InfoStat{}
+	}
+	n.osEnv = nodes.OSEnvironment(*info)
+	n.registry = nodes.New(nodes.Options{
+		Device:   nodes.Device{ID: n.identity.ID.String(), Name: cfg.Name, OS: n.osEnv, Version: Version},
+		Host:     info,
+		RunAllow: runRules(cfg.Nodes.Run),
+		Policies: settings.CapabilityPolicies,
+		Approver: capabilityApprover{n},
+		Logger:   n.log.With("pkg", "nodes"),
+	})
+	n.agent = agent.NewServer(agent.Options{
+		DeviceName:           cfg.Name,
+		OSEnvironment:        n.osEnv,
+		Version:              Version,
+		Executor:             agent.NewNodeExecutor(n.registry, n.log.With("pkg", "a2a")),
+		Approver:             taskApprover{n},
+		Manifest:             n.registry,
+		MaxTasks:             cfg.A2A.MaxTasks,
+		MaxLiveTasksPerOwner: cfg.A2A.MaxLivePerGrant,
+		Logger:               n.log.With("pkg", "a2a"),
+	})
+	n.agent.SetPublished(settings.A2AEnabled)
+
+	n.disc = mesh.New(mesh.Options{
+		Self:   n.hello,
+		Port:   cfg.Port,
+		Logger: n.log.With("pkg", "mesh"),
+		Paired: n.paired,
+		TLSConfig: func(fp string) *tls.Config {
+			if fp == "" {
+				return pairing.ObserveTLSConfig(nil)
+			}
+			return pairing.PinnedTLSConfig(fp)
+		},
+		DeviceID: func(fp string) (string, error) {
+			id, err := pairing.DeviceIDFromFingerprint(fp)
+			return id.String(), err
+		},
+		NoTailscale: !cfg.TailscaleEnabled(),
+		LAN:         settings.LAN,
+	})
+
+	n.controlToken = newControlToken()
+	n.auth = &pairing.Auth{
+		Grants:       n.grants,
+		ControlToken: func() string { return n.controlToken },
+		WhoIs:        n.disc.WhoIs,
+		Logger:       n.log.With("pkg", "auth"),
+	}
+	if n.pairer, err = pairing.NewPairer(pairing.PairerOptions{
+		Grants:    n.grants,
+		Identity:  n.identity,
+		Name:      cfg.Name,
+		OS:        n.osEnv,
+		SelfURL:   n.selfURL,
+		OnRequest: n.onPairingRequest,
+		WhoIs:     n.disc.WhoIs,
+		Logger:    n.log.With("pkg", "pairing"),
+	}); err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	n.routes(mux)
+	srv := &http.Server{
+		Handler:           mux,
+		ConnContext:       connContext,
+		BaseContext:       func(net.Listener) context.Context { return n.ctx },
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(n.log.With("pkg", "http").Handler(), slog.LevelDebug),
+	}
+	n.listeners = &listenerSet{srv: srv, port: cfg.Port, tls: n.identity.ServerTLSConfig(), log: n.log.With("pkg", "http")}
+	n.listeners.serveLoopback(lbLn)
+	if err := writeDaemonInfo(cfg.StateDir, DaemonInfo{PID: os.Getpid(), Port: cfg.Port, Token: n.controlToken}); err != nil {
+		return fmt.Errorf("write %s: %w", daemonFile, err)
+	}
+
+	if err := n.disc.Start(n.ctx); err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	n.goLoop(n.watchDiscovery)
+	n.goLoop(n.watchGrants)
+	n.goLoop(n.watchPairing)
+	n.log.Info("meshtray node started",
+		"name", cfg.Name, "os", n.osEnv, "device", n.identity.ID.Short(),
+		"url", n.loopback, "a2a", settings.A2AEnabled, "lan", settings.LAN,
+		"keychain", cfg.Keychain, "state_dir", cfg.StateDir, "version", Version)
+	return nil
+}
+
+func runRules(rs []RunRule) []nodes.RunRule {
+	out := make([]nodes.RunRule, len(rs))
+	for i, r := range rs {
+		out[i] = nodes.RunRule{Name: r.Name, Path: r.Path, Timeout: r.Timeout.Duration}
+	}
+	return out
+}
+
+func (n *Node) goLoop(f func(ctx context.Context)) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f(n.ctx)
+	}()
+}
+
+// routes mounts every surface on mux (DESIGN.md, "Surfaces").
+func (n *Node) routes(mux *http.ServeMux) {
+	a := n.auth
+	mux.Handle("GET "+agent.CardPath, a.Public(n.agent.CardHandler()))
+	mux.Handle("POST /a2a/v1", a.Require(pairing.ScopeAgent, n.agent))
+	mux.Handle("GET /nodes/manifest", a.Require(pairing.ScopeNode, n.registry.ManifestHandler()))
+	mux.Handle("POST /nodes/invoke", a.Require(pairing.ScopeNode, n.registry.InvokeHandler()))
+	mux.Handle("GET "+mesh.HelloPath, a.Public(mesh.HelloHandler(n.hello)))
+	n.pairer.Mount(mux, a)
+	n.pairRoutes(mux)
+	n.controlRoutes(mux)
+}
+
+// hello is this device's public self-description (GET /mesh/hello, mDNS TXT).
+func (n *Node) hello() mesh.Hello {
+	return mesh.Hello{
+		ID:   n.identity.ID.String(),
+		Name: n.cfg.Name,
+		OS:   n.osEnv,
+		FP:   n.identity.Fingerprint,
+		V:    mesh.ProtocolVersion,
+		A2A:  n.agent.Status().Published,
+	}
+}
+
+// paired reports whether a grant exists either way with deviceID.
+func (n *Node) paired(deviceID string) bool {
+	if _, err := n.grants.Held(deviceID); err == nil {
+		return true
+	}
+	return len(n.grants.ByPeer(deviceID)) > 0
+}
+
+// selfURL is the base URL peers should use for this device: the first
+// tailnet listener, else the first LAN one, else "".
+func (n *Node) selfURL() string {
+	for _, kind := range []pairing.Listener{pairing.ListenerTailnet, pairing.ListenerLAN} {
+		for _, l := range n.listeners.Remote() {
+			if l.Kind == kind {
+				return l.URL
+			}
+		}
+	}
+	return ""
+}
+
+// watchDiscovery follows address and peer-table changes: it keeps the
+// remote HTTPS listeners on the wanted addresses and tells subscribers.
+func (n *Node) watchDiscovery(ctx context.Context) {
+	ch, stop := n.disc.Subscribe()
+	defer stop()
+	for {
+		n.reconcileListeners()
+		n.events.Publish(EventPeers)
+		n.events.Publish(EventStatus)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// reconcileListeners serves HTTPS on the tailnet addresses (Tailscale on)
+// and on the LAN addresses (LAN reachability on).
+func (n *Node) reconcileListeners() {
+	want := make(map[netip.Addr]pairing.Listener)
+	addrs := n.disc.Addrs()
+	if n.cfg.TailscaleEnabled() {
+		for _, a := range addrs.Tailnet {
+			want[a] = pairing.ListenerTailnet
+		}
+	}
+	if n.disc.LAN() {
+		for _, a := range addrs.LAN {
+			want[a] = pairing.ListenerLAN
+		}
+	}
+	n.listeners.Reconcile(want)
+}
+
+func (n *Node) watchGrants(ctx context.Context) {
+	ch, stop := n.grants.Subscribe()
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			n.events.Publish(EventGrants)
+			n.events.Publish(EventPeers) // the paired mark
+		}
+	}
+}
+
+func (n *Node) watchPairing(ctx context.Context) {
+	ch, stop := n.pairer.Subscribe()
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			n.events.Publish(EventPairing)
+		}
+	}
+}
+
+// Close stops the node: live tasks end canceled with a final status, pending
+// approvals are refused, listeners close after requests in flight, grants'
+// last-used times are flushed, the lock is released. Safe to call twice.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if n.agent != nil {
+			if err := n.agent.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("a2a: %w", err))
+			}
+		}
+		n.approvals.Close()
+		if n.pairer != nil {
+			n.pairer.Close()
+		}
+		if n.cancel != nil {
+			n.cancel() // ends /events streams, long polls and the loops
+		}
+		if n.listeners != nil {
+			if err := n.listeners.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("http: %w", err))
+			}
+		}
+		if n.disc != nil {
+			if err := n.disc.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("discovery: %w", err))
+			}
+		}
+		n.wg.Wait()
+		if n.grants != nil {
+			if err := n.grants.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("grants: %w", err))
+			}
+		}
+		if n.lock != nil {
+			removeDaemonInfo(n.cfg.StateDir)
+			n.lock.Release()
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// LocalClient returns a control-API client for this node (the tray's view
+// of it is exactly what the CLI and the UI process see).
+func (n *Node) LocalClient() *Client {
+	c, _ := Dial(n.cfg.StateDir, n.cfg.Port)
+	return c
+}
+
+// Status is the node at a glance.
+func (n *Node) Status() Status {
+	pend := len(n.approvals.List())
+	online := 0
+	for _, p := range n.disc.Table().Snapshot() {
+		if p.Online {
+			online++
+		}
+	}
+	ls := append([]ListenerStatus{{Kind: pairing.ListenerLoopback, Addr: n.loopback[len("http://"):], URL: n.loopback}},
+		n.listeners.Remote()...)
+	return Status{
+		Name:             n.cfg.Name,
+		OS:               n.osEnv,
+		DeviceID:         n.identity.ID.String(),
+		Fingerprint:      n.identity.Fingerprint,
+		Version:          Version,
+		PID:              os.Getpid(),
+		StateDir:         n.cfg.StateDir,
+		LogDir:           filepath.Join(n.cfg.StateDir, logDir),
+		A2A:              n.A2AStatus(),
+		LAN:              n.disc.LAN(),
+		Tailscale:        n.disc.TailscaleState().String(),
+		Listeners:        ls,
+		PendingApprovals: pend,
+		OnlinePeers:      online,
+	}
+}
+
+// A2AStatus reports the A2A surface.
+func (n *Node) A2AStatus() A2AStatus {
+	st := n.agent.Status()
+	return A2AStatus{Enabled: st.Published, CardURL: n.loopback + agent.CardPath, LiveTasks: st.LiveTasks}
+}
+
+// SetA2A publishes or withdraws the Agent Card; the choice survives restarts.
+func (n *Node) SetA2A(on bool) (A2AStatus, error) {
+	if _, err := n.settings.Update(func(s *Settings) { s.A2AEnabled = on }); err != nil {
+		return n.A2AStatus(), err
+	}
+	n.agent.SetPublished(on)
+	n.disc.SelfChanged() // the a2a TXT flag
+	n.log.Info("A2A agent card", "published", on)
+	n.events.Publish(EventStatus)
+	return n.A2AStatus(), nil
+}
+
+// Settings returns the runtime settings.
+func (n *Node) Settings() Settings { return n.settings.Get() }
+
+// UpdateSettings applies a POST /config: LAN reachability and capability
+// policies.
+func (n *Node) UpdateSettings(u ConfigUpdate) (Settings, error) {
+	for name, p := range u.CapabilityPolicies {
+		if _, err := parsePolicy(string(p)); err != nil || p == "" {
+			return n.settings.Get(), badRequest("capability %q: approval %q: want ask, allow or deny", name, p)
+		}
+		if err := n.registry.SetPolicy(name, p); err != nil {
+			return n.settings.Get(), badRequest("%v", err)
+		}
+	}
+	st, err := n.settings.Update(func(s *Settings) {
+		if u.LAN != nil {
+			s.LAN = *u.LAN
+		}
+		for name, p := range u.CapabilityPolicies {
+			if s.CapabilityPolicies == nil {
+				s.CapabilityPolicies = make(map[string]pairing.Policy)
+			}
+			s.CapabilityPolicies[name] = p
+		}
+	})
+	if err != nil {
+		return st, err
+	}
+	if u.LAN != nil {
+		n.disc.SetLAN(*u.LAN)
+		n.reconcileListeners()
+		n.log.Info("reachable on local network", "on", *u.LAN)
+	}
+	n.events.Publish(EventStatus)
+	return st, nil
+}
+
+// Devices lists the grants issued and held.
+func (n *Node) Devices() Devices {
+	d := Devices{Issued: n.grants.List(), Held: []HeldView{}}
+	for _, h := range n.grants.ListHeld() {
+		d.Held = append(d.Held, HeldView{PeerID: h.PeerID, Name: h.Name, OS: h.OS, URL: h.URL,
+			Fingerprint: h.Fingerprint, Scopes: h.Scopes, Created: h.Created})
+	}
+	return d
+}
+
+// CreateGrant mints a grant from the CLI; the token is returned once.
+func (n *Node) CreateGrant(req GrantRequest) (GrantToken, error) {
+	sc, err := pairing.NormalizeScopes(req.Scopes)
+	if err != nil {
+		return GrantToken{}, badRequest("%v", err)
+	}
+	if req.Approval != "" {
+		if _, err := parsePolicy(string(req.Approval)); err != nil {
+			return GrantToken{}, badRequest("%v", err)
+		}
+	}
+	g, tok, err := n.grants.Issue(pairing.IssueRequest{Name: req.Name, Scopes: sc, Policy: req.Approval})
+	if err != nil {
+		return GrantToken{}, err
+	}
+	return GrantToken{ID: g.ID, Token: tok}, nil
+}
+
+// UpdateGrant pauses, resumes, revokes or rotates a grant, or sets its
+// approval policy. Only rotate returns a token.
+func (n *Node) UpdateGrant(id string, u GrantUpdate) (GrantToken, error) {
+	if (u.Action == "") == (u.Approval == "") {
+		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate) or "approval" (ask, allow, deny)`)
+	}
+	if u.Approval != "" {
+		if _, err := parsePolicy(string(u.Approval)); err != nil {
+			return GrantToken{}, badRequest("%v", err)
+		}
+		return GrantToken{}, n.grants.SetPolicy(id, u.Approval)
+	}
+	var err error
+	switch u.Action {
+	case ActionPause:
+		err = n.grants.Pause(id)
+	case ActionResume:
+		err = n.grants.Resume(id)
+	case ActionRevoke:
+		err = n.pairer.Revoke(id)
+	case ActionRotate:
+		var tok string
+		tok, _, err = n.pairer.Rotate(n.ctx, id)
+		if err == nil {
+			return GrantToken{ID: id, Token: tok}, nil
+		}
+	default:
+		return GrantToken{}, badRequest("action %q: want pause, resume, revoke or rotate", u.Action)
+	}
+	if err == nil {
+		n.log.Info("grant updated", "grant_id", id, "action", u.Action)
+	}
+	return GrantToken{}, err
+}
+
+// Subscribe returns change notices (the tray and GET /events use it).
+func (n *Node) Subscribe() *Subscription { return n.events.Subscribe() }
