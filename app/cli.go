@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"meshtray/keychain"
+	"meshtray/mesh"
 	"meshtray/pairing"
 )
 
@@ -167,7 +168,7 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 
 	root.AddCommand(c.idCommand(), c.statusCommand(), c.a2aCommand(), c.grantCommand(),
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
-		c.lanCommand(), c.pairCommand())
+		c.lanCommand(), c.pairCommand(), c.peersCommand())
 	if c.opts.UI != nil {
 		root.AddCommand(&cobra.Command{
 			Use:    "ui",
@@ -677,4 +678,63 @@ func ago(t time.Time) string {
 		return fmt.Sprintf("%dh ago", int(d.Hours()))
 	}
 	return t.Local().Format("2006-01-02")
+}
+
+func (c *cli) peersCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "peers",
+		Short: "List the devices found on the LAN (mDNS), the tailnet, or added by hand",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var ps []mesh.Peer
+			if err := c.call(cmd, http.MethodGet, "/mesh/peers", nil, &ps); err != nil {
+				return err
+			}
+			if c.asJSON {
+				return c.printJSON(ps)
+			}
+			if len(ps) == 0 {
+				fmt.Fprintln(c.opts.Stdout, "no peers found yet (LAN discovery needs `meshtray lan on`; the tailnet needs Tailscale)")
+				return nil
+			}
+			w := c.table()
+			fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSEEN VIA\tONLINE\tPAIRED\tA2A\tLAST SEEN\tADDRESS")
+			for _, p := range ps {
+				var via []string
+				addr := ""
+				for _, s := range p.Sources {
+					via = append(via, string(s))
+					if addr == "" && len(p.Addrs[s]) > 0 {
+						addr = p.Addrs[s][0]
+					}
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(p.ID), p.Name, p.OS,
+					strings.Join(via, ","), yesNo(p.Online), yesNo(p.Paired), yesNo(p.A2A), ago(p.LastSeen), addr)
+			}
+			return w.Flush()
+		},
+	}
+	c.jsonFlag(cmd)
+	add := &cobra.Command{
+		Use:   "add URL",
+		Short: "Add a device by address (https://host:port); it is probed before it is listed",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var p mesh.Peer
+			if err := c.call(cmd, http.MethodPost, "/mesh/peers", map[string]string{"url": args[0]}, &p); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.opts.Stdout, "added %s (%s, %s)\n", p.Name, p.OS, shortID(p.ID))
+			return nil
+		},
+	}
+	cmd.AddCommand(add)
+	return cmd
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

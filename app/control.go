@@ -106,6 +106,27 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	local("GET /mesh/peers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Peers())
+	})
+	local("POST /mesh/peers", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			URL string `json:"url"`
+		}
+		if !readJSON(w, r, &req) {
+			return
+		}
+		if req.URL == "" {
+			writeError(w, http.StatusBadRequest, errors.New(`body must be {"url": "https://host:port"}`))
+			return
+		}
+		p, err := n.disc.Table().AddManual(r.Context(), req.URL)
+		if err != nil {
+			writeError(w, http.StatusBadGateway, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, p)
+	})
 	local("GET /events", n.serveEvents)
 }
 

@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -277,8 +279,8 @@ func (n *Node) routes(mux *http.ServeMux) {
 	a := n.auth
 	mux.Handle("GET "+agent.CardPath, a.Public(n.agent.CardHandler()))
 	mux.Handle("POST /a2a/v1", a.Require(pairing.ScopeAgent, n.agent))
-	mux.Handle("GET /nodes/manifest", a.Require(pairing.ScopeNode, n.registry.ManifestHandler()))
-	mux.Handle("POST /nodes/invoke", a.Require(pairing.ScopeNode, n.registry.InvokeHandler()))
+	mux.Handle("GET /nodes/manifest", a.LocalOr(pairing.ScopeNode, n.registry.ManifestHandler()))
+	mux.Handle("POST /nodes/invoke", a.LocalOr(pairing.ScopeNode, n.registry.InvokeHandler()))
 	mux.Handle("GET "+mesh.HelloPath, a.Public(mesh.HelloHandler(n.hello)))
 	n.pairer.Mount(mux, a)
 	n.pairRoutes(mux)
@@ -577,6 +579,24 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (GrantToken, error) {
 		n.log.Info("grant updated", "grant_id", id, "action", u.Action)
 	}
 	return GrantToken{}, err
+}
+
+// Peers is the merged peer table, online peers first, then by name.
+func (n *Node) Peers() []mesh.Peer {
+	ps := n.disc.Table().Snapshot()
+	slices.SortStableFunc(ps, func(a, b mesh.Peer) int {
+		if a.Online != b.Online {
+			if a.Online {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name))
+	})
+	if ps == nil {
+		ps = []mesh.Peer{}
+	}
+	return ps
 }
 
 // Subscribe returns change notices (the tray and GET /events use it).

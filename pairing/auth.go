@@ -84,7 +84,12 @@ func (a *Auth) AnyGrant(h http.Handler) http.Handler {
 // arrived on the loopback listener and carries `Authorization: Bearer
 // <control token>`, compared in constant time) or a grant with ScopeFull.
 // The Principal is Local for the former.
-func (a *Auth) Local(h http.Handler) http.Handler {
+func (a *Auth) Local(h http.Handler) http.Handler { return a.LocalOr(ScopeFull, h) }
+
+// LocalOr admits the local owner (as Local does) or a grant with scope: a
+// surface both the owner's own windows and paired devices read, such as the
+// node manifest.
+func (a *Auth) LocalOr(scope Scope, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l, remote, ok := a.guard(w, r)
 		if !ok {
@@ -100,7 +105,7 @@ func (a *Auth) Local(h http.Handler) http.Handler {
 			a.refuse(w, r, http.StatusUnauthorized, "invalid_token", "", "unknown token", "reason", "bad control token")
 			return
 		}
-		p, ok := a.grant(w, r, l, remote, ScopeFull)
+		p, ok := a.grant(w, r, l, remote, scope)
 		if !ok {
 			return
 		}
