@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -139,6 +140,7 @@ type Discovery struct {
 	lc     LocalAPI
 
 	kickMDNS chan struct{} // capacity 1: re-evaluate mDNS state
+	kickTS   chan struct{} // capacity 1: re-read Status
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -147,7 +149,8 @@ type Discovery struct {
 	addrs    Addrs
 	ifaces   []net.Interface // mDNS interfaces (multicast, with a LAN address)
 	subs     map[chan struct{}]struct{}
-	tsPeers  map[string]*tsPeer // by StableNodeID
+	tsPeers  map[string]*tsPeer       // by StableNodeID
+	callers  map[netip.Addr]time.Time // tailnet callers of our hello not yet in Status
 	inflight map[string]struct{}
 	ctx      context.Context // run context, set by Start
 	cancel   context.CancelFunc
@@ -173,6 +176,8 @@ func New(opts Options) *Discovery {
 		prober:   newProber(&opts),
 		neg:      newNegCache(opts.Timing.NegativeTTL, maxNegative),
 		kickMDNS: make(chan struct{}, 1),
+		kickTS:   make(chan struct{}, 1),
+		callers:  make(map[netip.Addr]time.Time),
 		lan:      opts.LAN,
 		subs:     make(map[chan struct{}]struct{}),
 		tsPeers:  make(map[string]*tsPeer),
@@ -434,6 +439,8 @@ func (d *Discovery) probeAsync(key string, f func(ctx context.Context)) bool {
 }
 
 // probeAddrs tries addrs in order (at most 3) and returns the first hello.
+// The addresses are one device's, so a timeout ends the attempt: the others
+// would most likely time out too.
 func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []string, wantFP string) (Hello, string, error) {
 	var err error
 	for i, a := range addrs {
@@ -443,6 +450,9 @@ func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []strin
 		var h Hello
 		if h, err = d.prober.probe(ctx, scheme, a, wantFP); err == nil {
 			return h, a, nil
+		}
+		if ne, ok := errors.AsType[net.Error](err); errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout() {
+			break
 		}
 	}
 	return Hello{}, "", err

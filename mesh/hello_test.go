@@ -222,21 +222,29 @@ func TestProbeBoundsConcurrency(t *testing.T) {
 	}
 }
 
-func TestNegCacheBounded(t *testing.T) {
+func TestNegCache(t *testing.T) {
 	t.Parallel()
-	c := newNegCache(time.Minute, 4)
+	c := newNegCache(80*time.Second, 4)
 	now := time.Unix(1000, 0)
+	// Backoff: 10 s, 20 s, 40 s, 80 s, 80 s.
+	for i, want := range []time.Duration{10, 20, 40, 80, 80} {
+		c.add("p", now)
+		if !c.has("p", now.Add(want*time.Second-time.Millisecond)) || c.has("p", now.Add(want*time.Second)) {
+			t.Fatalf("miss %d: not remembered for exactly %ds", i+1, want)
+		}
+	}
+	c.del("p")
+	if c.has("p", now) {
+		t.Fatal("del did not forget")
+	}
 	for i := range 10 {
 		c.add(string(rune('a'+i)), now.Add(time.Duration(i)*time.Second))
 	}
 	if c.len() != 4 {
-		t.Fatalf("len %d, want 4", c.len())
+		t.Fatalf("len %d, want the bound 4", c.len())
 	}
-	if c.has("a", now) || !c.has("j", now) {
-		t.Fatal("the oldest entries should have been evicted, the newest kept")
-	}
-	if c.has("j", now.Add(2*time.Minute)) {
-		t.Fatal("entry should expire after its ttl")
+	if c.has("a", now) || !c.has("j", now.Add(9*time.Second)) {
+		t.Fatal("the entries expiring first should have been evicted, the newest kept")
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"tailscale.com/net/netns"
 )
 
 // Real multicast between network namespaces (issue 5 §4): each node runs as
@@ -27,9 +29,10 @@ import (
 // benchmark test networks.
 
 const (
-	helperEnv = "MESHTRAY_MESH_HELPER" // set in a child node's environment
-	nsPrefix  = "mtmesh-"              // every namespace the tests make
-	lanNet    = "198.18.7."
+	helperEnv  = "MESHTRAY_MESH_HELPER" // set in a child node's environment
+	nsPrefix   = "mtmesh-"              // every namespace the tests make
+	lanNet     = "198.18.7."
+	bridgeAddr = lanNet + "254"
 )
 
 // netnsTiming makes liveness fast enough to test in seconds.
@@ -39,6 +42,20 @@ var netnsTiming = Timing{
 	Recheck:      500 * time.Millisecond,
 	ProbeTimeout: time.Second,
 	AddrPoll:     time.Second,
+}
+
+// benchTiming is DefaultTiming with a shorter liveness recheck, so a killed
+// node's departure is measured in seconds: discovery of a new node rides on
+// its announcement, not on the observer's re-browse (20 s here).
+var benchTiming = Timing{Recheck: 2 * time.Second, ProbeTimeout: time.Second}
+
+// helperTiming is the child's timing: netnsTiming, or benchTiming when
+// MT_TIMING=bench.
+func helperTiming() Timing {
+	if os.Getenv("MT_TIMING") == "bench" {
+		return benchTiming
+	}
+	return netnsTiming
 }
 
 // testLAN is a bridge namespace and n node namespaces.
@@ -96,6 +113,10 @@ func newTestLAN(t testing.TB, n int) *testLAN {
 	ipcmd(t, "-n", l.bridge, "link", "add", "br0", "type", "bridge")
 	ipcmd(t, "-n", l.bridge, "link", "set", "br0", "type", "bridge", "mcast_snooping", "0")
 	ipcmd(t, "-n", l.bridge, "link", "set", "br0", "up")
+	ipcmd(t, "-n", l.bridge, "link", "set", "lo", "up")
+	// The bridge's own address serves the test tailnet's control, DERP and
+	// STUN (TestBothSourcesOneRow).
+	ipcmd(t, "-n", l.bridge, "addr", "add", bridgeAddr+"/24", "dev", "br0")
 	for i := 1; i <= n; i++ {
 		ns := fmt.Sprintf("%sn%d", tag, i)
 		l.nodes = append(l.nodes, ns)
@@ -120,8 +141,9 @@ type helperCmd struct {
 }
 
 type helperEvent struct {
-	Ev    string `json:"ev"` // "ready", "peers"
+	Ev    string `json:"ev"` // "ready", "peers", "control"
 	ID    string `json:"id,omitempty"`
+	URL   string `json:"url,omitempty"` // the control URL
 	Peers []Peer `json:"peers,omitempty"`
 }
 
@@ -131,7 +153,19 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) == "" {
 		return
 	}
+	if os.Getenv("MT_ROLE") == "control" {
+		os.Exit(helperControl())
+	}
 	os.Exit(helperNode(os.Getenv("MT_NAME")))
+}
+
+// helperControl runs the test tailnet's control, DERP and STUN on the
+// bridge address, inside the bridge namespace, until stdin closes.
+func helperControl() int {
+	url, _ := startTestControl(helperTB{}, bridgeAddr)
+	json.NewEncoder(os.Stdout).Encode(helperEvent{Ev: "control", URL: url})
+	io.Copy(io.Discard, os.Stdin)
+	return 0
 }
 
 func helperNode(name string) int {
@@ -152,6 +186,29 @@ func helperNode(name string) int {
 	srv := serveHello(helperTB{}, ln, id, self)
 	defer srv.Close()
 
+	// With a control URL the node is also on the test tailnet, serving the
+	// same hello on its tsnet listener.
+	var tsAPI LocalAPI
+	var tsDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	if url := os.Getenv("MT_CONTROL"); url != "" {
+		upCtx, upCancel := context.WithTimeout(context.Background(), 60*time.Second)
+		netnsOnce.Do(func() { netns.SetEnabled(false) })
+		ts := startTSNode(helperTB{}, upCtx, url, name)
+		upCancel()
+		defer ts.Close()
+		tln, err := ts.Listen("tcp", ":"+strconv.Itoa(DefaultPort))
+		if err != nil {
+			return fail(err)
+		}
+		tsrv := serveHello(helperTB{}, tln, id, self)
+		defer tsrv.Close()
+		lc, err := ts.LocalClient()
+		if err != nil {
+			return fail(err)
+		}
+		tsAPI, tsDial = lc, ts.Dial
+	}
+
 	level := slog.LevelInfo
 	if os.Getenv("MT_DEBUG") != "" {
 		level = slog.LevelDebug
@@ -159,10 +216,12 @@ func helperNode(name string) int {
 	d := New(Options{
 		Self:        self,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("node", name),
-		NoTailscale: true,
+		NoTailscale: tsAPI == nil,
+		Tailscale:   tsAPI,
+		Dial:        tsDial,
 		DeviceID:    testDeviceID,
 		LAN:         true,
-		Timing:      netnsTiming,
+		Timing:      helperTiming(),
 	})
 	var outMu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
@@ -213,9 +272,22 @@ func helperNode(name string) int {
 // helperTB lets test helpers run in a child process, outside a test.
 type helperTB struct{ testing.TB }
 
-func (helperTB) Helper()           {}
-func (helperTB) Cleanup(func())    {}
-func (helperTB) Fatal(args ...any) { fmt.Fprintln(os.Stderr, args...); os.Exit(1) }
+func (helperTB) Helper()                 {}
+func (helperTB) Cleanup(func())          {} // the process exits
+func (helperTB) Log(args ...any)         { fmt.Fprintln(os.Stderr, args...) }
+func (helperTB) Logf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+func (helperTB) Fatal(args ...any)       { fmt.Fprintln(os.Stderr, args...); os.Exit(1) }
+func (helperTB) Errorf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, f+"\n", a...)
+	os.Exit(1)
+}
+func (helperTB) TempDir() string {
+	dir, err := os.MkdirTemp(os.Getenv("MT_TMP"), "helper-") // under the parent test's TempDir
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}
 func (helperTB) Fatalf(f string, args ...any) {
 	fmt.Fprintf(os.Stderr, f+"\n", args...)
 	os.Exit(1)
@@ -232,19 +304,35 @@ type node struct {
 
 	mu      sync.Mutex
 	id      string
+	ready   time.Time
+	url     string
 	peers   []Peer
 	changed chan struct{} // capacity 1
 }
 
-func (l *testLAN) start(t testing.TB, i int, name string) *node {
+func (l *testLAN) start(t testing.TB, i int, name string, env ...string) *node {
+	t.Helper()
+	return l.startIn(t, l.nodes[i], name, env...)
+}
+
+// startControl runs the test tailnet's control in the bridge namespace and
+// returns its URL.
+func (l *testLAN) startControl(t testing.TB) string {
+	t.Helper()
+	n := l.startIn(t, l.bridge, "control", "MT_ROLE=control")
+	n.wait(30*time.Second, "control URL", func() bool { return n.URL() != "" })
+	return n.URL()
+}
+
+func (l *testLAN) startIn(t testing.TB, ns, name string, env ...string) *node {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &node{t: t, name: name, done: make(chan struct{}), changed: make(chan struct{}, 1)}
-	n.cmd = exec.Command("ip", "netns", "exec", l.nodes[i], exe, "-test.run=^TestHelperProcess$")
-	n.cmd.Env = append(os.Environ(), helperEnv+"=1", "MT_NAME="+name)
+	n.cmd = exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^TestHelperProcess$")
+	n.cmd.Env = append(append(os.Environ(), helperEnv+"=1", "MT_NAME="+name, "MT_TMP="+t.TempDir()), env...)
 	n.cmd.Stderr = &prefixWriter{t: t, prefix: name + ": "}
 	stdout, err := n.cmd.StdoutPipe()
 	if err != nil {
@@ -270,6 +358,9 @@ func (l *testLAN) start(t testing.TB, i int, name string) *node {
 			switch ev.Ev {
 			case "ready":
 				n.id = ev.ID
+				n.ready = time.Now()
+			case "control":
+				n.url = ev.URL
 			case "peers":
 				n.peers = ev.Peers
 			}
@@ -304,6 +395,12 @@ func (n *node) ID() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.id
+}
+
+func (n *node) URL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.url
 }
 
 func (n *node) peer(id string) (Peer, bool) {
@@ -444,5 +541,34 @@ func TestMDNSNamespaces(t *testing.T) {
 			at := n.wait(netnsTiming.MDNSExpiry+time.Second, "charlie gone", gone(n, ids[2]))
 			t.Logf("%s dropped charlie %v after the kill (expiry %v)", n.name, at.Sub(killed).Round(time.Millisecond), netnsTiming.MDNSExpiry)
 		}
+	})
+}
+
+// TestBothSourcesOneRow: two nodes on one LAN and one tailnet (control,
+// DERP and STUN run in the bridge namespace) see each other over mDNS and
+// over the tailnet, as one row with two sources; when one switches LAN
+// reachability off, the other keeps its row with the tailnet source alone.
+func TestBothSourcesOneRow(t *testing.T) {
+	lan := newTestLAN(t, 2)
+	url := lan.startControl(t)
+	nodes := []*node{lan.start(t, 0, "alpha", "MT_CONTROL="+url), lan.start(t, 1, "bravo", "MT_CONTROL="+url)}
+	ids := []string{nodes[0].waitReady(90 * time.Second), nodes[1].waitReady(90 * time.Second)}
+	for i, n := range nodes {
+		j := 1 - i
+		n.wait(30*time.Second, nodes[j].name+" over mDNS and the tailnet", func() bool {
+			p, ok := n.peer(ids[j])
+			return ok && p.Online && slices.Equal(p.Sources, []Source{SourceMDNS, SourceTailscale}) &&
+				slices.Equal(p.Addrs[SourceMDNS], []string{lanNet + strconv.Itoa(j+1) + ":" + strconv.Itoa(DefaultPort)}) &&
+				len(p.Addrs[SourceTailscale]) > 0 && strings.HasPrefix(p.Addrs[SourceTailscale][0], "100.") &&
+				strings.HasPrefix(p.TailnetNode, nodes[j].name)
+		})
+		if len(n.snapshot()) != 1 {
+			t.Fatalf("%s: want exactly one row, got %+v", n.name, n.snapshot())
+		}
+	}
+	nodes[1].send(helperCmd{Cmd: "lan", On: false})
+	nodes[0].wait(netnsTiming.MDNSExpiry+3*time.Second, "bravo on the tailnet only", func() bool {
+		p, ok := nodes[0].peer(ids[1])
+		return ok && p.Online && slices.Equal(p.Sources, []Source{SourceTailscale})
 	})
 }

@@ -139,47 +139,60 @@ func (p *prober) probe(ctx context.Context, scheme, hostport, wantFP string) (He
 
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// negCache remembers addresses that did not answer as meshtray, until a
-// deadline, so tailnet peers not running meshtray are not probed on every
-// status change. Bounded: at max entries the one expiring first is dropped.
+// negCache remembers peers that did not answer as meshtray, so tailnet
+// peers without meshtray are not probed on every status change. The first
+// miss is remembered for max/8, each further one twice as long, up to max
+// (a peer that starts meshtray later is found soon; one that never does
+// costs little). Bounded: at limit entries the one expiring first goes.
 type negCache struct {
-	mu  sync.Mutex
-	ttl time.Duration
-	max int
-	m   map[string]time.Time // key -> until
+	mu    sync.Mutex
+	max   time.Duration
+	limit int
+	m     map[string]negEntry
 }
 
-func newNegCache(ttl time.Duration, max int) *negCache {
-	return &negCache{ttl: ttl, max: max, m: make(map[string]time.Time)}
+type negEntry struct {
+	until  time.Time
+	misses int
 }
 
+func newNegCache(max time.Duration, limit int) *negCache {
+	return &negCache{max: max, limit: limit, m: make(map[string]negEntry)}
+}
+
+// has reports whether key is remembered as not meshtray at now.
 func (c *negCache) has(key string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	until, ok := c.m[key]
-	if ok && now.After(until) {
-		delete(c.m, key)
-		return false
-	}
-	return ok
+	e, ok := c.m[key]
+	return ok && now.Before(e.until)
 }
 
+// add records a miss for key at now.
 func (c *negCache) add(key string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
+	e, ok := c.m[key]
+	if !ok && len(c.m) >= c.limit {
 		var oldK string
 		var oldT time.Time
-		for k, t := range c.m {
-			if oldK == "" || t.Before(oldT) {
-				oldK, oldT = k, t
+		for k, v := range c.m {
+			if oldK == "" || v.until.Before(oldT) {
+				oldK, oldT = k, v.until
 			}
 		}
 		delete(c.m, oldK)
 	}
-	c.m[key] = now.Add(c.ttl)
+	ttl := c.max / 8
+	for i := 0; i < e.misses && ttl < c.max; i++ {
+		ttl *= 2
+	}
+	e.misses++
+	e.until = now.Add(min(ttl, c.max))
+	c.m[key] = e
 }
 
+// del forgets key (the peer came back online, or called us).
 func (c *negCache) del(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

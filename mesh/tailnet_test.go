@@ -180,6 +180,11 @@ func TestTailnetDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	aln, err := a.Listen("tcp", ":"+strconv.Itoa(DefaultPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveTLS(t, aln, selfID, d.HelloHandler())
 
 	waitFor(t, 30*time.Second, "bravo in alpha's table over the tailnet", func() bool {
 		p, ok := d.Table().Get(bID.id)
@@ -201,7 +206,37 @@ func TestTailnetDiscovery(t *testing.T) {
 	if n := len(d.Table().Snapshot()); n != 1 {
 		t.Fatalf("%d rows, want only bravo", n)
 	}
-	_ = c
+
+	t.Run("meshtray started late", func(t *testing.T) {
+		// charlie is remembered as not running meshtray. It starts
+		// meshtray now: its discovery probes alpha, and alpha, called by a
+		// tailnet peer it had written off, probes back at once instead of
+		// waiting out its negative cache (NegativeTTL/8 = 7.5 s here).
+		cID := newTestIdentity(t)
+		cd := New(Options{
+			Self:      func() Hello { return helloOf(cID, "charlie-meshtray") },
+			Tailscale: localClient(t, c),
+			Dial:      c.Dial,
+			DeviceID:  testDeviceID,
+			Timing:    tailnetTiming,
+		})
+		cln, err := c.Listen("tcp", ":"+strconv.Itoa(DefaultPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveTLS(t, cln, cID, cd.HelloHandler())
+		started := time.Now()
+		if err := cd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer cd.Close()
+		waitFor(t, 5*time.Second, "charlie in alpha's table", func() bool {
+			p, ok := d.Table().Get(cID.id)
+			return ok && p.Online
+		})
+		t.Logf("late meshtray found after %v", time.Since(started).Round(time.Millisecond))
+		waitFor(t, 5*time.Second, "alpha and bravo in charlie's table", func() bool { return len(cd.Table().Snapshot()) == 2 })
+	})
 
 	t.Run("WhoIs", func(t *testing.T) {
 		ln, err := a.Listen("tcp", ":7000")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -113,8 +114,9 @@ type tsPeer struct {
 	nodeID tailcfg.NodeID
 	ips    []netip.Addr
 	online bool
-	node   string // MagicDNS name without the trailing dot, else host name
-	id     string // meshtray device ID once its hello answered
+	node   string    // MagicDNS name without the trailing dot, else host name
+	id     string    // meshtray device ID once its hello answered
+	called time.Time // last probe-back after it called our hello
 }
 
 // tailscaleLoop follows the LocalAPI: Status, then the IPN bus (re-reading
@@ -197,10 +199,9 @@ func (d *Discovery) tailscaleSession(ctx context.Context) error {
 			errc <- err // for the deferred receive
 			return err
 		case <-poll.C:
-			select {
-			case kick <- struct{}{}:
-			default:
-			}
+			d.kick(kick)
+		case <-d.kickTS:
+			d.kick(kick)
 		case <-kick:
 			st, err := d.lc.Status(ctx)
 			if err != nil {
@@ -289,6 +290,14 @@ func (d *Discovery) applyStatus(st *ipnstate.Status) {
 			if !wasOnline {
 				d.neg.del(key) // it came back: maybe with meshtray now
 			}
+			for _, ip := range p.ips {
+				if at, ok := d.callers[ip]; ok {
+					delete(d.callers, ip)
+					if time.Since(at) < callerMemory {
+						d.neg.del(key) // it called our hello: it runs meshtray now
+					}
+				}
+			}
 			if !d.neg.has(key, time.Now()) {
 				probes = append(probes, probeReq{key: key, addrs: tailnetAddrs(p.ips, d.opts.Port), node: p.node})
 			}
@@ -358,6 +367,68 @@ func (d *Discovery) applyNotify(n *ipn.Notify) {
 			d.table.setOnline(c.id, SourceTailscale, false)
 		}
 	}
+}
+
+// Probe-back bounds: at most one per peer per reverseProbeEvery; callers
+// not yet in our Status are remembered (at most maxCallers, for
+// callerMemory) until it lists them.
+const (
+	reverseProbeEvery = 3 * time.Second
+	maxCallers        = 64
+	callerMemory      = 30 * time.Second
+)
+
+// HelloHandler serves GET /mesh/hello for this device (Options.Self), like
+// the package-level HelloHandler, and in addition, when the caller is an
+// online tailnet peer not yet known to run meshtray, probes it back (at
+// most once per 10 s per peer): a meshtray started after we last probed its
+// device is then found by its own first probe of us, not after our
+// negative cache lets go.
+func (d *Discovery) HelloHandler() http.Handler {
+	h := HelloHandler(d.opts.Self)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil && tsaddr.IsTailscaleIP(ap.Addr()) {
+			d.calledBy(ap.Addr().Unmap())
+		}
+	})
+}
+
+func (d *Discovery) calledBy(ip netip.Addr) {
+	now := time.Now()
+	d.mu.Lock()
+	var key string
+	var p *tsPeer
+	for k, q := range d.tsPeers {
+		if slices.Contains(q.ips, ip) {
+			key, p = k, q
+			break
+		}
+	}
+	if p == nil {
+		// Not in our Status yet (it just joined): remember the call, and
+		// re-read Status; applyStatus probes it then.
+		if len(d.callers) >= maxCallers {
+			for ip, at := range d.callers {
+				if now.Sub(at) > callerMemory || len(d.callers) >= maxCallers {
+					delete(d.callers, ip)
+				}
+			}
+		}
+		d.callers[ip] = now
+		d.mu.Unlock()
+		d.kick(d.kickTS)
+		return
+	}
+	if p.id != "" || !p.online || now.Sub(p.called) < reverseProbeEvery {
+		d.mu.Unlock()
+		return
+	}
+	p.called = now
+	addrs, node := tailnetAddrs(p.ips, d.opts.Port), p.node
+	d.mu.Unlock()
+	d.neg.del(key)
+	d.probeAsync("ts|"+key, func(ctx context.Context) { d.probeTailnetPeer(ctx, key, addrs, node) })
 }
 
 // probeTailnetPeer asks a tailnet peer for its hello on the default port.
