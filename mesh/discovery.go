@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,7 +148,7 @@ type Discovery struct {
 	lan      bool
 	tsState  TailscaleState
 	addrs    Addrs
-	ifaces   []net.Interface // mDNS interfaces (multicast, with a LAN address)
+	lanNow lanView // the LAN as last read
 	subs     map[chan struct{}]struct{}
 	tsPeers  map[string]*tsPeer       // by StableNodeID
 	callers  map[netip.Addr]time.Time // tailnet callers of our hello not yet in Status
@@ -347,16 +348,17 @@ func (d *Discovery) addrLoop(ctx context.Context) {
 
 // refreshAddrsLocked re-reads LAN addresses and reports a change. d.mu held.
 func (d *Discovery) refreshAddrsLocked() bool {
-	ifaces, addrs, err := lanInterfaces(d.opts.Interfaces)
+	v, err := lanInterfaces(d.opts.Interfaces)
 	if err != nil {
 		d.log.Debug("interfaces", "err", err)
 		return false
 	}
-	if slices.Equal(addrs, d.addrs.LAN) && sameIfaces(ifaces, d.ifaces) {
+	if slices.Equal(v.addrs, d.addrs.LAN) && slices.Equal(v.mdnsAddrs, d.lanNow.mdnsAddrs) &&
+		sameIfaces(v.ifaces, d.lanNow.ifaces) {
 		return false
 	}
-	d.addrs.LAN = addrs
-	d.ifaces = ifaces
+	d.addrs.LAN = v.addrs
+	d.lanNow = v
 	d.notifyLocked()
 	return true
 }
@@ -365,17 +367,24 @@ func sameIfaces(a, b []net.Interface) bool {
 	return slices.EqualFunc(a, b, func(x, y net.Interface) bool { return x.Index == y.Index && x.Name == y.Name })
 }
 
-// lanInterfaces lists LAN addresses (up interfaces; not loopback, link-local,
-// multicast or tailnet addresses; not tailscale* interfaces) and the
-// multicast-capable interfaces carrying them. only, if not empty, restricts
-// to those interface names.
-func lanInterfaces(only []string) ([]net.Interface, []netip.Addr, error) {
+// lanView is the LAN as read from the interfaces.
+type lanView struct {
+	addrs     []netip.Addr    // every LAN address, sorted
+	ifaces    []net.Interface // multicast-capable interfaces with a LAN address (mDNS)
+	mdnsAddrs []netip.Addr    // the LAN addresses on those interfaces (advertised)
+	prefixes  []netip.Prefix  // the subnets of every LAN address
+}
+
+// lanInterfaces reads the LAN: addresses on up interfaces that are not
+// loopback, link-local, multicast or tailnet addresses (tsaddr), on
+// interfaces not named tailscale*. only, if not empty, restricts to those
+// interface names.
+func lanInterfaces(only []string) (lanView, error) {
 	all, err := net.Interfaces()
 	if err != nil {
-		return nil, nil, err
+		return lanView{}, err
 	}
-	var ifaces []net.Interface
-	var out []netip.Addr
+	var v lanView
 	for _, ifi := range all {
 		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagLoopback != 0 {
 			continue
@@ -383,13 +392,14 @@ func lanInterfaces(only []string) ([]net.Interface, []netip.Addr, error) {
 		if len(only) > 0 && !slices.Contains(only, ifi.Name) {
 			continue
 		}
-		if len(ifi.Name) >= 9 && ifi.Name[:9] == "tailscale" {
+		if strings.HasPrefix(ifi.Name, "tailscale") {
 			continue
 		}
 		as, err := ifi.Addrs()
 		if err != nil {
 			continue
 		}
+		multicast := ifi.Flags&net.FlagMulticast != 0
 		n := 0
 		for _, a := range as {
 			pfx, err := netip.ParsePrefix(a.String())
@@ -400,16 +410,43 @@ func lanInterfaces(only []string) ([]net.Interface, []netip.Addr, error) {
 			if !ip.IsGlobalUnicast() || tsaddr.IsTailscaleIP(ip) { // excludes loopback, link-local, multicast
 				continue
 			}
-			out = append(out, ip)
+			v.addrs = append(v.addrs, ip)
+			v.prefixes = append(v.prefixes, pfx.Masked())
+			if multicast {
+				v.mdnsAddrs = append(v.mdnsAddrs, ip)
+			}
 			n++
 		}
-		if n > 0 && ifi.Flags&net.FlagMulticast != 0 {
-			ifaces = append(ifaces, ifi)
+		if n > 0 && multicast {
+			v.ifaces = append(v.ifaces, ifi)
 		}
 	}
-	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
-	out = slices.Compact(out)
-	return ifaces, out, nil
+	for _, as := range []*[]netip.Addr{&v.addrs, &v.mdnsAddrs} {
+		slices.SortFunc(*as, func(a, b netip.Addr) int { return a.Compare(b) })
+		*as = slices.Compact(*as)
+	}
+	return v, nil
+}
+
+// onLink orders "host:port" addresses so the ones inside one of our LAN
+// subnets come first (a multi-homed peer announces all its addresses on
+// every link, e.g. a docker bridge's too); order is otherwise kept.
+func onLink(addrs []string, prefixes []netip.Prefix) []string {
+	in := func(s string) bool {
+		ap, err := netip.ParseAddrPort(s)
+		return err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ap.Addr()) })
+	}
+	out := slices.Clone(addrs)
+	slices.SortStableFunc(out, func(a, b string) int {
+		switch ia, ib := in(a), in(b); {
+		case ia && !ib:
+			return -1
+		case !ia && ib:
+			return 1
+		}
+		return 0
+	})
+	return out
 }
 
 // probeAsync runs f in a tracked goroutine unless a probe with the same key
@@ -439,9 +476,10 @@ func (d *Discovery) probeAsync(key string, f func(ctx context.Context)) bool {
 }
 
 // probeAddrs tries addrs in order (at most 3) and returns the first hello.
-// The addresses are one device's, so a timeout ends the attempt: the others
-// would most likely time out too.
-func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []string, wantFP string) (Hello, string, error) {
+// With stopOnTimeout a timeout ends the attempt: for a tailnet peer the
+// addresses lead through one tunnel to one node, so the others would time
+// out too.
+func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []string, wantFP string, stopOnTimeout bool) (Hello, string, error) {
 	var err error
 	for i, a := range addrs {
 		if i == 3 {
@@ -451,7 +489,7 @@ func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []strin
 		if h, err = d.prober.probe(ctx, scheme, a, wantFP); err == nil {
 			return h, a, nil
 		}
-		if ne, ok := errors.AsType[net.Error](err); errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout() {
+		if ne, ok := errors.AsType[net.Error](err); stopOnTimeout && (errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout()) {
 			break
 		}
 	}
@@ -486,7 +524,7 @@ func (d *Discovery) recheck() {
 			continue // Status says offline: nothing to ask
 		}
 		d.probeAsync("re|"+string(tg.src)+"|"+tg.id, func(ctx context.Context) {
-			h, _, err := d.probeAddrs(ctx, tg.sch, tg.addrs, tg.fp)
+			h, _, err := d.probeAddrs(ctx, tg.sch, tg.addrs, tg.fp, tg.src == SourceTailscale)
 			if ctx.Err() != nil {
 				return
 			}

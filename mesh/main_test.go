@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"math/big"
 	"net"
@@ -95,7 +97,8 @@ func serveHello(t testing.TB, ln net.Listener, id testIdentity, hello func() Hel
 // serveTLS serves h over TLS with id's certificate on ln until the test ends.
 func serveTLS(t testing.TB, ln net.Listener, id testIdentity, h http.Handler) *http.Server {
 	t.Helper()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// Handshakes cut short by killed peers are expected here: not logged.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	tln := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{id.cert}, MinVersion: tls.VersionTLS12})
 	done := make(chan struct{})
 	go func() {

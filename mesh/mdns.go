@@ -153,8 +153,8 @@ func (d *Discovery) mdnsLoop(ctx context.Context) {
 	for {
 		d.mu.Lock()
 		lan := d.lan
-		ifaces := slices.Clone(d.ifaces)
-		lanAddrs := slices.Clone(d.addrs.LAN)
+		ifaces := slices.Clone(d.lanNow.ifaces)
+		lanAddrs := slices.Clone(d.lanNow.mdnsAddrs)
 		d.mu.Unlock()
 		if !lan || len(ifaces) == 0 {
 			stopAll()
@@ -289,6 +289,9 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 	if len(addrs) == 0 {
 		return
 	}
+	d.mu.Lock()
+	addrs = onLink(addrs, d.lanNow.prefixes)
+	d.mu.Unlock()
 	expiry := d.opts.Timing.MDNSExpiry
 	if s, h, ok := d.table.sightingOf(txt.id, SourceMDNS); ok && h.FP == txt.fp && h.A2A == txt.a2a &&
 		h.Name == txt.name && h.OS == txt.os && slices.Equal(s.addrs, addrs) {
@@ -296,7 +299,7 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 		return
 	}
 	d.probeAsync("mdns|"+txt.id+"|"+strings.Join(addrs, ","), func(ctx context.Context) {
-		h, _, err := d.probeAddrs(ctx, "https", addrs, txt.fp)
+		h, _, err := d.probeAddrs(ctx, "https", addrs, txt.fp, false)
 		if err != nil {
 			d.log.Debug("mDNS peer hello", "peer", short(txt.id), "err", err)
 			return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -227,11 +228,12 @@ func TestAddManual(t *testing.T) {
 
 func TestLANInterfacesExcludeLoopbackAndTailnet(t *testing.T) {
 	t.Parallel()
-	ifaces, addrs, err := lanInterfaces(nil)
+	v, err := lanInterfaces(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range addrs {
+	ifaces := v.ifaces
+	for _, a := range v.addrs {
 		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || (a.Is4() && a.As4()[0] == 100 && a.As4()[1]&0xc0 == 64) {
 			t.Errorf("LAN address %v should be excluded", a)
 		}
@@ -241,8 +243,23 @@ func TestLANInterfacesExcludeLoopbackAndTailnet(t *testing.T) {
 			t.Errorf("mDNS interface %v should be excluded", i.Name)
 		}
 	}
-	if ifaces, addrs, _ := lanInterfaces([]string{"no-such-if0"}); len(ifaces)+len(addrs) != 0 {
-		t.Fatalf("restricting to a missing interface leaves %v %v", ifaces, addrs)
+	for _, a := range v.mdnsAddrs {
+		if !slices.Contains(v.addrs, a) {
+			t.Errorf("advertised %v is not a LAN address", a)
+		}
+	}
+	if v, _ := lanInterfaces([]string{"no-such-if0"}); len(v.ifaces)+len(v.addrs) != 0 {
+		t.Fatalf("restricting to a missing interface leaves %+v", v)
+	}
+}
+
+func TestOnLinkOrder(t *testing.T) {
+	t.Parallel()
+	prefixes := []netip.Prefix{netip.MustParsePrefix("198.18.7.0/24"), netip.MustParsePrefix("2001:db8::/64")}
+	in := []string{"172.17.0.1:1", "[2001:db8:1::5]:1", "[2001:db8::5]:1", "198.18.7.9:1", "10.0.0.1:1"}
+	want := []string{"[2001:db8::5]:1", "198.18.7.9:1", "172.17.0.1:1", "[2001:db8:1::5]:1", "10.0.0.1:1"}
+	if got := onLink(in, prefixes); !slices.Equal(got, want) {
+		t.Fatalf("onLink = %v, want %v", got, want)
 	}
 }
 

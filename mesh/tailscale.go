@@ -433,7 +433,7 @@ func (d *Discovery) calledBy(ip netip.Addr) {
 
 // probeTailnetPeer asks a tailnet peer for its hello on the default port.
 func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []string, node string) {
-	h, _, err := d.probeAddrs(ctx, "https", addrs, "")
+	h, _, err := d.probeAddrs(ctx, "https", addrs, "", true)
 	if ctx.Err() != nil {
 		return
 	}
@@ -465,7 +465,7 @@ func (d *Discovery) recheckOne(id string, src Source) {
 		return
 	}
 	d.probeAsync("re|"+string(src)+"|"+id, func(ctx context.Context) {
-		got, _, err := d.probeAddrs(ctx, cmpScheme(s.scheme), s.addrs, h.FP)
+		got, _, err := d.probeAddrs(ctx, cmpScheme(s.scheme), s.addrs, h.FP, src == SourceTailscale)
 		if ctx.Err() != nil {
 			return
 		}
