@@ -148,7 +148,7 @@ type Discovery struct {
 	lan      bool
 	tsState  TailscaleState
 	addrs    Addrs
-	lanNow lanView // the LAN as last read
+	lanNow   lanView // the LAN as last read
 	subs     map[chan struct{}]struct{}
 	tsPeers  map[string]*tsPeer       // by StableNodeID
 	callers  map[netip.Addr]time.Time // tailnet callers of our hello not yet in Status
