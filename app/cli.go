@@ -224,7 +224,19 @@ func (c *cli) runNode(cmd *cobra.Command, tray bool) error {
 		return usageError{err}
 	}
 	level, _ := ParseLogLevel(cfg.LogLevel)
-	logger := NewLogger(c.opts.Stderr, level)
+	out := c.opts.Stderr
+	if tray && c.opts.RunTray != nil {
+		// A tray app's stderr goes nowhere a person looks: keep a log file
+		// too ("Open log folder" in the menu).
+		f, err := OpenLogFile(cfg.StateDir)
+		if err != nil {
+			fmt.Fprintln(c.opts.Stderr, "meshtray: no log file:", err)
+		} else {
+			defer f.Close()
+			out = io.MultiWriter(c.opts.Stderr, f)
+		}
+	}
+	logger := NewLogger(out, level)
 	n, err := NewNode(cfg, logger)
 	if err != nil {
 		return err
