@@ -24,8 +24,18 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
   exit 0
 fi
 
+# npm ships inside NodeSource's nodejs but is its own package on Debian.
+if [ "$mode" = test ]; then pkgs+=(npm); fi
+
+# Packages whose tool may come from elsewhere (NodeSource, a manual install):
+# the command on PATH is what counts.
+declare -A tool=([nodejs]=node [npm]=npm)
+
 missing=()
 for p in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
+  if [ -n "${tool[$p]:-}" ] && command -v "${tool[$p]}" >/dev/null 2>&1; then
+    continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
