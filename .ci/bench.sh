@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make bench`: every speed and memory figure, each next to its reference in
+# the same run. Figures are printed, never asserted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export LANG=C.UTF-8 LANGUAGE=en
+export TS_DISABLE_PORTMAPPER=1 TS_DEBUG_OMIT_LOCAL_ADDRS=1
+unset DBUS_SESSION_BUS_ADDRESS DISPLAY WAYLAND_DISPLAY
+export MESHTRAY_BENCH=1
+
+section() { printf '\n==== %s ====\n' "$1"; }
+
+section "A2A: meshtray vs a2a-go's a2asrv (message/send, message/stream, memory)"
+go test -count=1 -run '^TestBenchReport$' -v ./a2a | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
+
+section "Grant authentication and the auth middleware (per request)"
+go test -count=1 -run '^$' -bench 'BenchmarkAuthenticate|BenchmarkRequire' -benchmem ./pairing | grep -E '^(Benchmark|ok)'
+
+section "Keychain backends (file, real Secret Service, go-keyring alone)"
+go test -count=1 -run '^$' -bench 'BenchmarkStore' -benchtime=200x ./keychain | grep -E '^(Benchmark|ok)'
+
+section "Discovery: time to discover and to expire (mDNS in netns, tailnet on tsnet)"
+go test -count=1 -run '^TestBenchDiscovery' -v -timeout 30m ./mesh | grep -v -e '^=== RUN' -e '^PASS$'
+
+if [ -x .ci/bench-tray.sh ]; then
+  section "Tray: idle CPU, RSS, registration, popup latency vs bare systray"
+  .ci/bench-tray.sh
+fi
