@@ -1,0 +1,216 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"meshtray/mesh"
+	"meshtray/nodes"
+	"meshtray/pairing"
+)
+
+// EventUI tells the UI process (`meshtray ui`) that the tray queued a window
+// to open (GET /events).
+const EventUI EventType = "ui"
+
+// UIWindow names a window of the UI process.
+type UIWindow string
+
+// The windows the tray can ask the UI process to open.
+const (
+	UIApprovals UIWindow = "approvals" // the approval popup (every pending approval, queued)
+	UIPair      UIWindow = "pair"      // "Pair a device…": QR code, code, SAS, approve
+	UIDevices   UIWindow = "devices"   // grants issued and held
+	UIPeers     UIWindow = "peers"     // the peer table
+	UIPeer      UIWindow = "peer"      // one peer (Arg = its device ID): its manifest
+	UIManifest  UIWindow = "manifest"  // this node's capabilities and their policies
+)
+
+// Valid reports whether w is a known window.
+func (w UIWindow) Valid() bool {
+	switch w {
+	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest:
+		return true
+	}
+	return false
+}
+
+// UIRequest asks the UI process to open (or raise) one window
+// (POST /ui/open).
+type UIRequest struct {
+	Window UIWindow `json:"window"`
+	Arg    string   `json:"arg,omitempty"` // the peer's device ID for UIPeer
+}
+
+// Bounds of the UI request queue and of a peer's manifest.
+const (
+	maxUIRequests     = 16
+	maxUIArg          = 128
+	maxPeerManifest   = 1 << 20
+	peerManifestLimit = 10 * time.Second
+)
+
+// uiQueue holds the windows the tray asked for until the UI process takes
+// them. Only the local owner reaches it.
+type uiQueue struct {
+	mu  sync.Mutex
+	req []UIRequest // guarded by mu; no duplicates, oldest first
+}
+
+// push queues r (a duplicate is dropped; when full, the oldest goes).
+func (q *uiQueue) push(r UIRequest) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if slices.Contains(q.req, r) {
+		return
+	}
+	if len(q.req) >= maxUIRequests {
+		q.req = q.req[1:]
+	}
+	q.req = append(q.req, r)
+}
+
+func (q *uiQueue) list(take bool) []UIRequest {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := append([]UIRequest{}, q.req...)
+	if take {
+		q.req = nil
+	}
+	return out
+}
+
+// uiRoutes mounts the small surface between the tray and the UI process,
+// behind auth.Local like the rest of the control API:
+//
+//	POST /ui/open                 UIRequest -> 202; queued, EventUI published
+//	GET  /ui/open                 -> [UIRequest] pending (not taken)
+//	POST /ui/take                 -> [UIRequest] pending, and the queue emptied
+//	GET  /ui/peers/{id}/manifest  -> nodes.Manifest of a paired peer, fetched
+//	                                 with the grant it gave us (pinned HTTPS)
+func (n *Node) uiRoutes(mux *http.ServeMux) {
+	q := &uiQueue{}
+	local := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, n.auth.Local(h))
+	}
+	local("POST /ui/open", func(w http.ResponseWriter, r *http.Request) {
+		var req UIRequest
+		if !readJSON(w, r, &req) {
+			return
+		}
+		if !req.Window.Valid() {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer or manifest", req.Window))
+			return
+		}
+		if len(req.Arg) > maxUIArg || (req.Window == UIPeer) != (req.Arg != "") {
+			writeError(w, http.StatusBadRequest, errors.New(`arg: the peer's device ID for window "peer", nothing otherwise`))
+			return
+		}
+		q.push(req)
+		n.events.Publish(EventUI)
+		w.WriteHeader(http.StatusAccepted)
+	})
+	local("GET /ui/open", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, q.list(false))
+	})
+	local("POST /ui/take", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, q.list(true))
+	})
+	local("GET /ui/peers/{id}/manifest", func(w http.ResponseWriter, r *http.Request) {
+		m, err := n.PeerManifest(r.Context(), r.PathValue("id"))
+		if err != nil {
+			status := http.StatusBadGateway
+			if errors.Is(err, pairing.ErrNoHeld) {
+				status = http.StatusNotFound
+			}
+			writeError(w, status, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, m)
+	})
+}
+
+// PeerManifest fetches the node manifest of a paired peer (GET
+// /nodes/manifest on the peer) with the grant it gave this device: pinned
+// HTTPS through pairing's PeerTransport, trying the peer table's current
+// addresses first, then the URL the peer gave at pairing. It fails with
+// pairing.ErrNoHeld when the peer gave us no grant.
+func (n *Node) PeerManifest(ctx context.Context, peerID string) (nodes.Manifest, error) {
+	var m nodes.Manifest
+	h, err := n.grants.Held(peerID)
+	if err != nil {
+		return m, fmt.Errorf("%w: %s gave this device no grant (pair with it first)", pairing.ErrNoHeld, shortID(peerID))
+	}
+	rt, err := n.grants.PeerTransport(h.PeerID)
+	if err != nil {
+		return m, err
+	}
+	hc := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer hc.CloseIdleConnections()
+	var bases []string
+	for _, p := range n.disc.Table().Snapshot() {
+		if p.ID != h.PeerID {
+			continue
+		}
+		for _, src := range []mesh.Source{mesh.SourceTailscale, mesh.SourceMDNS, mesh.SourceManual} {
+			for _, a := range p.Addrs[src] {
+				bases = append(bases, "https://"+a)
+			}
+		}
+	}
+	if h.URL != "" && !slices.Contains(bases, h.URL) {
+		bases = append(bases, h.URL)
+	}
+	if len(bases) == 0 {
+		return m, fmt.Errorf("no address known for %s", h.Name)
+	}
+	var errs []error
+	for _, base := range bases {
+		m, err = fetchManifest(ctx, hc, strings.TrimRight(base, "/"))
+		if err == nil {
+			return m, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return m, fmt.Errorf("manifest of %s: %w", h.Name, errors.Join(errs...))
+}
+
+func fetchManifest(ctx context.Context, hc *http.Client, base string) (nodes.Manifest, error) {
+	var m nodes.Manifest
+	ctx, cancel := context.WithTimeout(ctx, peerManifestLimit)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/nodes/manifest", nil)
+	if err != nil {
+		return m, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return m, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerManifest+1))
+	if err != nil {
+		return m, err
+	}
+	if len(b) > maxPeerManifest {
+		return m, fmt.Errorf("%s: manifest over %d bytes", base, maxPeerManifest)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return m, fmt.Errorf("%s: %s", base, resp.Status)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", base, err)
+	}
+	return m, nil
+}
