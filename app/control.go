@@ -128,6 +128,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusCreated, p)
 	})
 	local("GET /events", n.serveEvents)
+	n.uiRoutes(mux)
 }
 
 // serveEvents streams change notices as server-sent events until the client
