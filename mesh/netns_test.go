@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -183,25 +184,21 @@ func helperNode(name string) int {
 	if err != nil {
 		return fail(err)
 	}
-	srv := serveHello(helperTB{}, ln, id, self)
-	defer srv.Close()
 
 	// With a control URL the node is also on the test tailnet, serving the
 	// same hello on its tsnet listener.
 	var tsAPI LocalAPI
 	var tsDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	var tln net.Listener
 	if url := os.Getenv("MT_CONTROL"); url != "" {
 		upCtx, upCancel := context.WithTimeout(context.Background(), 60*time.Second)
 		netnsOnce.Do(func() { netns.SetEnabled(false) })
 		ts := startTSNode(helperTB{}, upCtx, url, name)
 		upCancel()
 		defer ts.Close()
-		tln, err := ts.Listen("tcp", ":"+strconv.Itoa(DefaultPort))
-		if err != nil {
+		if tln, err = ts.Listen("tcp", ":"+strconv.Itoa(DefaultPort)); err != nil {
 			return fail(err)
 		}
-		tsrv := serveHello(helperTB{}, tln, id, self)
-		defer tsrv.Close()
 		lc, err := ts.LocalClient()
 		if err != nil {
 			return fail(err)
@@ -223,6 +220,14 @@ func helperNode(name string) int {
 		LAN:         true,
 		Timing:      helperTiming(),
 	})
+	// As the app does: the hello is served (listeners up) before discovery
+	// starts, by the Discovery's handler, which probes back tailnet callers.
+	mux := http.NewServeMux()
+	mux.Handle("GET "+HelloPath, d.HelloHandler())
+	defer serveTLS(helperTB{}, ln, id, mux).Close()
+	if tln != nil {
+		defer serveTLS(helperTB{}, tln, id, mux).Close()
+	}
 	var outMu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
 	emit := func(ev helperEvent) {
