@@ -21,6 +21,7 @@ import (
 	"github.com/shirou/gopsutil/v3/host"
 
 	agent "meshtray/a2a"
+	"meshtray/assets"
 	"meshtray/keychain"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -283,6 +284,8 @@ func (n *Node) routes(mux *http.ServeMux) {
 	mux.Handle("POST /nodes/invoke", a.LocalOr(pairing.ScopeNode, n.registry.InvokeHandler()))
 	mux.Handle("GET "+mesh.HelloPath, a.Public(mesh.HelloHandler(n.hello)))
 	n.pairer.Mount(mux, a)
+	mux.Handle("GET "+assets.PairPath, a.Public(assets.PairPage()))
+	mux.Handle("GET "+assets.PairAppPrefix, a.Public(assets.PairPage()))
 	n.pairRoutes(mux)
 	n.controlRoutes(mux)
 }
