@@ -6,8 +6,9 @@ import (
 	"os"
 
 	"meshtray/app"
+	"meshtray/tray"
 )
 
 func main() {
-	os.Exit(app.Main(os.Args[1:], app.CLIOptions{}))
+	os.Exit(app.Main(os.Args[1:], app.CLIOptions{RunTray: tray.Run, UI: tray.UI}))
 }

@@ -1,0 +1,284 @@
+package tray
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"slices"
+	"time"
+
+	"meshtray/app"
+	"meshtray/mesh"
+)
+
+// Timing of the tray's event loop.
+const (
+	// debounce gathers the change notices of one burst into one render.
+	debounce = 80 * time.Millisecond
+	// callTimeout bounds one control-API call (loopback).
+	callTimeout = 10 * time.Second
+)
+
+// menuRenderer shows menu models: systray in the tray, a recorder in tests.
+type menuRenderer interface {
+	render(ctx context.Context, m menuModel)
+}
+
+// controlAPI is what the tray uses of app.Client.
+type controlAPI interface {
+	Do(ctx context.Context, method, path string, in, out any) error
+	Events(ctx context.Context, fn func([]app.EventType)) error
+}
+
+// autostarter is tray/autostart's Entry.
+type autostarter interface {
+	Enabled() (bool, error)
+	Enable() error
+	Disable() error
+}
+
+// controller is the tray's one event loop: it reads the node's state,
+// renders the menu, runs clicks, announces new approvals and keeps the UI
+// process around while it is needed. Only its goroutine (run) touches its
+// fields.
+type controller struct {
+	api       controlAPI
+	menu      menuRenderer
+	ui        uiOpener
+	autostart autostarter
+	notify    func(ctx context.Context, title, body string)
+	copyText  func(string) error
+	openPath  func(string) error
+	quit      func()
+	log       *slog.Logger
+
+	clicks chan action
+
+	last     *menuModel
+	status   app.Status
+	seen     map[string]bool // approval ids already announced
+	failures int             // consecutive failed refreshes, for logging once
+}
+
+// uiOpener opens windows in the UI process.
+type uiOpener interface {
+	open(ctx context.Context, r app.UIRequest) error
+}
+
+func (c *controller) run(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.watch(ctx, wake)
+	}()
+	defer func() { <-done }()
+	c.refresh(ctx)
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case <-wake:
+			if timer == nil {
+				timer = time.NewTimer(debounce)
+				fire = timer.C
+			}
+		case <-fire:
+			timer, fire = nil, nil
+			c.refresh(ctx)
+		case a := <-c.clicks:
+			c.handle(ctx, a)
+			c.refresh(ctx)
+		}
+	}
+}
+
+// watch follows the node's change notices and wakes the loop (coalesced).
+// A dropped stream is retried with a growing pause (1 s to 30 s).
+func (c *controller) watch(ctx context.Context, wake chan<- struct{}) {
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	pause := time.Second
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := c.api.Events(ctx, func(ts []app.EventType) {
+			for _, t := range ts {
+				switch t {
+				case app.EventStatus, app.EventApprovals, app.EventPeers, app.EventGrants:
+					poke()
+					return
+				}
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			pause = time.Second
+		}
+		c.log.Debug("change notices interrupted; retrying", "err", err, "in", pause)
+		poke() // re-read what may have changed meanwhile
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 30*time.Second)
+	}
+}
+
+func (c *controller) call(ctx context.Context, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return c.api.Do(ctx, method, path, in, out)
+}
+
+// refresh reads a snapshot, renders the menu when it changed, and handles
+// new approvals.
+func (c *controller) refresh(ctx context.Context) {
+	var s snapshot
+	var approvals []app.Approval
+	err := errors.Join(
+		c.call(ctx, http.MethodGet, "/status", nil, &s.Status),
+		c.call(ctx, http.MethodGet, "/mesh/peers", nil, &s.Peers),
+		c.call(ctx, http.MethodGet, "/approvals", nil, &approvals),
+	)
+	if err != nil {
+		if ctx.Err() == nil && c.failures == 0 {
+			c.log.Warn("cannot read the node's state", "err", err)
+		}
+		c.failures++
+		return
+	}
+	c.failures = 0
+	if s.Peers == nil {
+		s.Peers = []mesh.Peer{}
+	}
+	s.Status.PendingApprovals = len(approvals) // the list is fresher than the count
+	c.status = s.Status
+	if c.autostart != nil {
+		on, err := c.autostart.Enabled()
+		s.Autostart, s.AutostartOK = on, err == nil
+	}
+	m := buildMenu(s)
+	if c.last == nil || !reflect.DeepEqual(*c.last, m) {
+		c.menu.render(ctx, m)
+		c.last = &m
+	}
+	c.announce(ctx, approvals)
+}
+
+// announce sends a notification for each approval not seen before and
+// asks the UI process to show the popup.
+func (c *controller) announce(ctx context.Context, as []app.Approval) {
+	if c.seen == nil {
+		c.seen = make(map[string]bool)
+	}
+	var fresh []app.Approval
+	for _, a := range as {
+		if !c.seen[a.ID] {
+			c.seen[a.ID] = true
+			fresh = append(fresh, a)
+		}
+	}
+	// Forget decided ones, so the set stays as small as the queue.
+	for id := range c.seen {
+		if !slices.ContainsFunc(as, func(a app.Approval) bool { return a.ID == id }) {
+			delete(c.seen, id)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	if err := c.ui.open(ctx, app.UIRequest{Window: app.UIApprovals}); err != nil {
+		c.log.Warn("cannot open the approval window", "err", err)
+	}
+	for _, a := range fresh {
+		title, body := approvalNotice(a)
+		c.notify(ctx, title, body)
+	}
+}
+
+// approvalNotice is the desktop notification of one approval.
+func approvalNotice(a app.Approval) (title, body string) {
+	who := a.Peer
+	if who == "" {
+		who = "a device"
+	}
+	switch a.Kind {
+	case app.KindDelegation:
+		title = "Delegation from " + who
+	case app.KindCapability:
+		title = "Capability call from " + who
+	case app.KindPairing:
+		title = who + " wants to pair"
+	default:
+		title = "Approval needed: " + who
+	}
+	body = a.Summary
+	if a.SAS != "" {
+		body += "\nCode on both screens: " + a.SAS
+	}
+	return title, body + "\nOpen meshtray to approve or deny."
+}
+
+// handle runs one click.
+func (c *controller) handle(ctx context.Context, a action) {
+	var err error
+	switch a.kind {
+	case actCopyID:
+		err = c.copyText(c.status.DeviceID)
+		if err == nil {
+			c.notify(ctx, "Device ID copied", c.status.DeviceID)
+		}
+	case actToggleA2A:
+		err = c.call(ctx, http.MethodPost, "/a2a/status", map[string]bool{"enabled": !c.status.A2A.Enabled}, nil)
+	case actToggleLAN:
+		on := !c.status.LAN
+		err = c.call(ctx, http.MethodPost, "/config", app.ConfigUpdate{LAN: &on}, nil)
+	case actOpenPeer:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIPeer, Arg: a.arg})
+	case actOpenPeers:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIPeers})
+	case actPair:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIPair})
+	case actDevices:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIDevices})
+	case actApprovals:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIApprovals})
+	case actManifest:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIManifest})
+	case actAutostart:
+		if c.autostart == nil {
+			return
+		}
+		on, _ := c.autostart.Enabled()
+		if on {
+			err = c.autostart.Disable()
+		} else {
+			err = c.autostart.Enable()
+		}
+		c.last = nil // the file is not a node event: render anew
+	case actOpenLogs:
+		err = c.openPath(c.status.LogDir)
+	case actQuit:
+		c.quit()
+		return
+	}
+	if err != nil {
+		c.log.Warn("menu action failed", "action", a.kind, "err", err)
+		c.notify(ctx, "meshtray", fmt.Sprintf("That did not work: %v", err))
+	}
+}

@@ -1,0 +1,657 @@
+package tray
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"fyne.io/fyne/v2"
+	fyneapp "fyne.io/fyne/v2/app"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/dialog"
+	"fyne.io/fyne/v2/widget"
+
+	"meshtray/app"
+	"meshtray/assets"
+	"meshtray/mesh"
+	"meshtray/nodes"
+	"meshtray/pairing"
+)
+
+// Window titles; tests find the windows by them.
+const (
+	titleApprovals = "meshtray — Approval needed"
+	titlePair      = "meshtray — Pair a device"
+	titleDevices   = "meshtray — Devices"
+	titlePeers     = "meshtray — Peers"
+	titleManifest  = "meshtray — Node manifest"
+)
+
+// UI is `meshtray ui [WINDOW [ARG]]`: the Fyne window process. It opens the
+// windows named on the command line and those queued by the tray
+// (POST /ui/take), follows the node's change notices, and returns when its
+// last window closes, ctx ends, or the node goes away. WINDOW is one of
+// approvals, pair, devices, peers, peer DEVICE-ID, manifest.
+func UI(ctx context.Context, c *app.Client, args []string) error {
+	reqs, err := parseUIArgs(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("pkg", "ui")
+	a := fyneapp.NewWithID(AppID)
+	a.SetIcon(fyne.NewStaticResource("meshtray.png", assets.IconNormal))
+	u := newUIProc(ctx, a, c, log)
+	defer u.stop()
+	for _, r := range reqs {
+		u.open(r)
+	}
+	u.takeQueue()
+	if len(u.wins) == 0 {
+		return nil // nothing to show
+	}
+	u.start()
+	a.Run()
+	u.stopped.Store(true)
+	return nil
+}
+
+func parseUIArgs(args []string) ([]app.UIRequest, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	r := app.UIRequest{Window: app.UIWindow(args[0])}
+	if !r.Window.Valid() {
+		return nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID or manifest", args[0])
+	}
+	if r.Window == app.UIPeer {
+		if len(args) != 2 {
+			return nil, errors.New("ui peer: give the peer's device ID")
+		}
+		r.Arg = args[1]
+	} else if len(args) != 1 {
+		return nil, fmt.Errorf("ui %s takes no argument", args[0])
+	}
+	return []app.UIRequest{r}, nil
+}
+
+// uiProc is the running UI process: its windows and the goroutines that
+// feed them. wins is touched only on the UI goroutine.
+type uiProc struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	a      fyne.App
+	api    controlAPI
+	log    *slog.Logger
+
+	wins    map[string]*uiWin
+	stopped atomic.Bool // the Fyne loop is ending: UI work is dropped
+	wg      sync.WaitGroup
+}
+
+// uiWin is one open window and how it follows the node.
+type uiWin struct {
+	w        fyne.Window
+	onEvents func(ts []app.EventType) // on the UI goroutine
+	tick     func()                   // every second, on the UI goroutine
+	// claimID is the pairing claim a pairing window shows (pairing only).
+	claimID func() string
+}
+
+func newUIProc(ctx context.Context, a fyne.App, api controlAPI, log *slog.Logger) *uiProc {
+	ctx, cancel := context.WithCancel(ctx)
+	return &uiProc{ctx: ctx, cancel: cancel, a: a, api: api, log: log, wins: map[string]*uiWin{}}
+}
+
+// start runs the watchers: change notices, the countdown tick, and ctx.
+func (u *uiProc) start() {
+	u.wg.Add(3)
+	go func() {
+		defer u.wg.Done()
+		u.watch()
+	}()
+	go func() {
+		defer u.wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-u.ctx.Done():
+				return
+			case <-t.C:
+				u.do(func() {
+					for _, w := range u.wins {
+						if w.tick != nil {
+							w.tick()
+						}
+					}
+				})
+			}
+		}
+	}()
+	go func() {
+		defer u.wg.Done()
+		<-u.ctx.Done()
+		u.do(func() {
+			u.stopped.Store(true)
+			u.a.Quit()
+		})
+	}()
+}
+
+func (u *uiProc) stop() {
+	u.cancel()
+	u.wg.Wait()
+}
+
+// do runs fn on the UI goroutine unless the loop is ending.
+func (u *uiProc) do(fn func()) {
+	if u.stopped.Load() {
+		return
+	}
+	fyne.Do(func() {
+		if !u.stopped.Load() {
+			fn()
+		}
+	})
+}
+
+// bg runs work off the UI goroutine and then its result on it.
+func (u *uiProc) bg(work func(ctx context.Context) func()) {
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		if ui := work(u.ctx); ui != nil && u.ctx.Err() == nil {
+			u.do(ui)
+		}
+	}()
+}
+
+func (u *uiProc) call(ctx context.Context, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return u.api.Do(ctx, method, path, in, out)
+}
+
+// watch follows GET /events; when the stream ends and the node no longer
+// answers, the process ends.
+func (u *uiProc) watch() {
+	for u.ctx.Err() == nil {
+		err := u.api.Events(u.ctx, func(ts []app.EventType) {
+			u.do(func() { u.onEvents(ts) })
+		})
+		if u.ctx.Err() != nil {
+			return
+		}
+		var st app.Status
+		if serr := u.call(u.ctx, http.MethodGet, "/status", nil, &st); serr != nil {
+			u.log.Info("the node is gone; closing the windows", "err", err)
+			u.cancel()
+			return
+		}
+		u.do(func() { u.onEvents([]app.EventType{app.EventUI, app.EventApprovals, app.EventStatus, app.EventPeers, app.EventGrants}) })
+		select {
+		case <-u.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (u *uiProc) onEvents(ts []app.EventType) {
+	if slices.Contains(ts, app.EventUI) {
+		u.takeQueue()
+	}
+	for _, w := range u.wins {
+		if w.onEvents != nil {
+			w.onEvents(ts)
+		}
+	}
+}
+
+// takeQueue opens the windows the tray asked for. It runs on the UI
+// goroutine, so a request taken is a window shown.
+func (u *uiProc) takeQueue() {
+	var reqs []app.UIRequest
+	if err := u.call(u.ctx, http.MethodPost, "/ui/take", nil, &reqs); err != nil {
+		u.log.Warn("cannot read the window queue", "err", err)
+		return
+	}
+	for _, r := range reqs {
+		u.open(r)
+	}
+}
+
+// open shows the window r names, creating it or raising it.
+func (u *uiProc) open(r app.UIRequest) {
+	key := string(r.Window)
+	if r.Window == app.UIPeer {
+		key += ":" + r.Arg
+	}
+	if w, ok := u.wins[key]; ok {
+		if r.Window == app.UIApprovals && w.onEvents != nil {
+			w.onEvents([]app.EventType{app.EventApprovals})
+		}
+		w.w.Show()
+		w.w.RequestFocus()
+		return
+	}
+	var uw *uiWin
+	switch r.Window {
+	case app.UIApprovals:
+		uw = u.approvalsWindow()
+	case app.UIPair:
+		uw = u.pairWindow()
+	case app.UIDevices:
+		uw = u.devicesWindow()
+	case app.UIPeers:
+		uw = u.peersWindow()
+	case app.UIPeer:
+		uw = u.peerWindow(r.Arg)
+	case app.UIManifest:
+		uw = u.manifestWindow()
+	default:
+		return
+	}
+	u.wins[key] = uw
+	uw.w.SetOnClosed(func() {
+		delete(u.wins, key)
+		if len(u.wins) == 0 {
+			// Last window: take what was queued meanwhile, or end.
+			u.takeQueue()
+			if len(u.wins) == 0 {
+				u.stopped.Store(true)
+			}
+		}
+	})
+	uw.w.Show()
+	uw.w.RequestFocus()
+}
+
+func (u *uiProc) newWindow(title string, content fyne.CanvasObject) fyne.Window {
+	w := u.a.NewWindow(title)
+	w.SetContent(content)
+	w.SetIcon(u.a.Icon())
+	return w
+}
+
+// --- approvals ---
+
+func (u *uiProc) approvalsWindow() *uiWin {
+	uw := &uiWin{}
+	var v *approvalView
+	v = newApprovalView(func(a app.Approval, d app.ApprovalDecision) {
+		u.bg(func(ctx context.Context) func() {
+			err := u.call(ctx, http.MethodPost, "/approvals/"+a.ID, d, nil)
+			return func() {
+				if err != nil {
+					var ae *app.APIError
+					if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+						err = errors.New("it was already decided or it expired")
+					}
+					v.failed(a.ID, err)
+				}
+			}
+		})
+	})
+	uw.w = u.newWindow(titleApprovals, v.root)
+	uw.w.Resize(fyne.NewSize(540, 460))
+	uw.tick = v.tick
+	refresh := func() {
+		u.bg(func(ctx context.Context) func() {
+			var as []app.Approval
+			if err := u.call(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
+				u.log.Warn("cannot read approvals", "err", err)
+				return nil
+			}
+			return func() {
+				as = u.popupApprovals(as)
+				if len(as) == 0 {
+					uw.w.Close() // decided elsewhere: nothing left to show
+					return
+				}
+				v.set(as)
+			}
+		})
+	}
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventApprovals) {
+			refresh()
+		}
+	}
+	refresh()
+	return uw
+}
+
+// popupApprovals leaves out the pairing claim the pairing window shows.
+func (u *uiProc) popupApprovals(as []app.Approval) []app.Approval {
+	pw, ok := u.wins[string(app.UIPair)]
+	if !ok || pw.claimID == nil {
+		return as
+	}
+	id := pw.claimID()
+	return slices.DeleteFunc(as, func(a app.Approval) bool { return a.ID == id })
+}
+
+// --- pairing ---
+
+func (u *uiProc) pairWindow() *uiWin {
+	uw := &uiWin{}
+	var v *pairView
+	var started time.Time
+	var decided string // the claim we approved, waiting for its grant
+	var claimant app.Approval
+	newCode := func() {
+		v.loading()
+		decided = ""
+		u.bg(func(ctx context.Context) func() {
+			var ps app.PairingSession
+			err := u.call(ctx, http.MethodPost, "/pair/sessions", nil, &ps)
+			return func() {
+				if err != nil {
+					v.failed("Could not make a pairing code: " + err.Error())
+					return
+				}
+				started = time.Now().Add(-2 * time.Second)
+				v.setSession(ps)
+			}
+		})
+	}
+	checkPaired := func() {
+		a := claimant
+		u.bg(func(ctx context.Context) func() {
+			var d app.Devices
+			if err := u.call(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+				return nil
+			}
+			for _, g := range d.Issued {
+				if (a.DeviceID != "" && g.PeerID == a.DeviceID) || (a.DeviceID == "" && g.Name == a.Peer && !g.Created.Before(a.Created)) {
+					return func() {
+						if decided == a.ID {
+							decided = ""
+							v.paired(a.Peer)
+						}
+					}
+				}
+			}
+			return nil
+		})
+	}
+	v = newPairView(pairCallbacks{
+		NewCode: newCode,
+		Decide: func(a app.Approval, approve bool, sc pairing.Scopes) {
+			d := app.ApprovalDecision{Decision: app.DecisionDeny}
+			if approve {
+				d = app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: sc}
+				decided, claimant = a.ID, a
+			}
+			u.bg(func(ctx context.Context) func() {
+				err := u.call(ctx, http.MethodPost, "/approvals/"+a.ID, d, nil)
+				return func() {
+					switch {
+					case err != nil:
+						decided = ""
+						v.failed("Could not send your decision: " + err.Error())
+					case approve:
+						checkPaired()
+					default:
+						v.failed("Pairing denied.")
+					}
+				}
+			})
+		},
+		LANOn: func() {
+			u.bg(func(ctx context.Context) func() {
+				on := true
+				err := u.call(ctx, http.MethodPost, "/config", app.ConfigUpdate{LAN: &on}, nil)
+				return func() {
+					if err != nil {
+						v.failed("Could not turn on the local network: " + err.Error())
+						return
+					}
+					newCode()
+				}
+			})
+		},
+		Close: func() { uw.w.Close() },
+	})
+	uw.w = u.newWindow(titlePair, v.root)
+	uw.w.Resize(fyne.NewSize(500, 640))
+	uw.tick = v.tick
+	uw.claimID = func() string {
+		if v.state == pairClaim {
+			return v.claim.ID
+		}
+		return ""
+	}
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventGrants) && decided != "" {
+			checkPaired()
+		}
+		if !slices.Contains(ts, app.EventApprovals) || (v.state != pairCode && v.state != pairClaim) {
+			return
+		}
+		u.bg(func(ctx context.Context) func() {
+			var as []app.Approval
+			if err := u.call(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
+				return nil
+			}
+			return func() {
+				for _, a := range as {
+					if a.Kind == app.KindPairing && !a.Created.Before(started) {
+						if v.state == pairCode || (v.state == pairClaim && v.claim.ID == a.ID) {
+							v.setClaim(a)
+							if pop, ok := u.wins[string(app.UIApprovals)]; ok {
+								pop.onEvents([]app.EventType{app.EventApprovals})
+							}
+							return
+						}
+					}
+				}
+				if v.state == pairClaim && decided != v.claim.ID {
+					v.claimGone()
+				}
+			}
+		})
+	}
+	newCode()
+	return uw
+}
+
+// --- devices ---
+
+func (u *uiProc) devicesWindow() *uiWin {
+	uw := &uiWin{}
+	var v *devicesView
+	refresh := func() {
+		u.bg(func(ctx context.Context) func() {
+			var d app.Devices
+			if err := u.call(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+				return func() { dialog.ShowError(err, uw.w) }
+			}
+			return func() { v.set(d) }
+		})
+	}
+	send := func(g pairing.Grant, upd app.GrantUpdate) {
+		u.bg(func(ctx context.Context) func() {
+			var tok app.GrantToken
+			err := u.call(ctx, http.MethodPost, "/nodes/devices/"+g.ID, upd, &tok)
+			return func() {
+				if err != nil {
+					dialog.ShowError(err, uw.w)
+					return
+				}
+				if tok.Token != "" {
+					showToken(uw.w, g.Name, tok.Token)
+				}
+				refresh()
+			}
+		})
+	}
+	v = newDevicesView(devicesCallbacks{
+		Action: func(g pairing.Grant, action string) {
+			switch action {
+			case app.ActionRevoke:
+				dialog.ShowConfirm("Revoke "+g.Name+"?", "Its token stops working at once, for good. To use this device again it must pair again.",
+					func(ok bool) {
+						if ok {
+							send(g, app.GrantUpdate{Action: action})
+						}
+					}, uw.w)
+			case app.ActionRotate:
+				dialog.ShowConfirm("Rotate the token of "+g.Name+"?", "The old token stops working. A paired meshtray device receives the new one; for anything else you must copy it over.",
+					func(ok bool) {
+						if ok {
+							send(g, app.GrantUpdate{Action: action})
+						}
+					}, uw.w)
+			default:
+				send(g, app.GrantUpdate{Action: action})
+			}
+		},
+		Policy: func(g pairing.Grant, p pairing.Policy) { send(g, app.GrantUpdate{Approval: p}) },
+	})
+	uw.w = u.newWindow(titleDevices, v.root)
+	uw.w.Resize(fyne.NewSize(620, 520))
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventGrants) {
+			refresh()
+		}
+	}
+	refresh()
+	return uw
+}
+
+// showToken shows a rotated token once, with a copy button.
+func showToken(parent fyne.Window, name, token string) {
+	e := widget.NewEntry()
+	e.SetText(token)
+	e.OnChanged = func(string) { e.SetText(token) }
+	copyBtn := widget.NewButton("Copy", func() { fyne.CurrentApp().Clipboard().SetContent(token) })
+	content := container.NewVBox(
+		wrapLabel("The new token of "+name+" is shown this once. Copy it to where it is used."),
+		container.NewBorder(nil, nil, nil, copyBtn, e),
+	)
+	d := dialog.NewCustom("New token", "Done", newFixedWidth(440, content), parent)
+	d.Show()
+}
+
+// --- peers ---
+
+func (u *uiProc) peersWindow() *uiWin {
+	uw := &uiWin{}
+	v := newPeersView(func(p mesh.Peer) { u.open(app.UIRequest{Window: app.UIPeer, Arg: p.ID}) })
+	uw.w = u.newWindow(titlePeers, v.root)
+	uw.w.Resize(fyne.NewSize(580, 480))
+	refresh := func() {
+		u.bg(func(ctx context.Context) func() {
+			var ps []mesh.Peer
+			if err := u.call(ctx, http.MethodGet, "/mesh/peers", nil, &ps); err != nil {
+				return nil
+			}
+			return func() { v.set(ps) }
+		})
+	}
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventPeers) {
+			refresh()
+		}
+	}
+	refresh()
+	return uw
+}
+
+func (u *uiProc) peerWindow(id string) *uiWin {
+	uw := &uiWin{}
+	v := newPeerView()
+	uw.w = u.newWindow("meshtray — "+shortID(id), v.root)
+	uw.w.Resize(fyne.NewSize(580, 560))
+	var manifest *nodes.Manifest
+	var merr string
+	refresh := func(withManifest bool) {
+		u.bg(func(ctx context.Context) func() {
+			var ps []mesh.Peer
+			if err := u.call(ctx, http.MethodGet, "/mesh/peers", nil, &ps); err != nil {
+				return nil
+			}
+			i := slices.IndexFunc(ps, func(p mesh.Peer) bool { return p.ID == id })
+			if i < 0 {
+				return func() {
+					v.set(mesh.Peer{ID: id, Name: shortID(id)}, nil, "This device is not in the peer table any more.")
+				}
+			}
+			p := ps[i]
+			var m nodes.Manifest
+			var errText string
+			if withManifest {
+				if err := u.call(ctx, http.MethodGet, "/ui/peers/"+id+"/manifest", nil, &m); err != nil {
+					errText = err.Error()
+					var ae *app.APIError
+					if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+						errText = "It has not given this device access: pair with it (Pair a device… on it, then join its code here) to see what it offers."
+					}
+				}
+			}
+			return func() {
+				uw.w.SetTitle("meshtray — " + p.Name)
+				if withManifest {
+					manifest, merr = nil, errText
+					if errText == "" {
+						manifest = &m
+					}
+				}
+				v.set(p, manifest, merr)
+			}
+		})
+	}
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventPeers) || slices.Contains(ts, app.EventGrants) {
+			refresh(slices.Contains(ts, app.EventGrants))
+		}
+	}
+	v.set(mesh.Peer{ID: id, Name: shortID(id)}, nil, "")
+	refresh(true)
+	return uw
+}
+
+// --- manifest ---
+
+func (u *uiProc) manifestWindow() *uiWin {
+	uw := &uiWin{}
+	var v *manifestView
+	refresh := func() {
+		u.bg(func(ctx context.Context) func() {
+			var m nodes.Manifest
+			if err := u.call(ctx, http.MethodGet, "/nodes/manifest", nil, &m); err != nil {
+				return func() { dialog.ShowError(err, uw.w) }
+			}
+			return func() { v.set(m) }
+		})
+	}
+	v = newManifestView(func(name string, p pairing.Policy) {
+		u.bg(func(ctx context.Context) func() {
+			err := u.call(ctx, http.MethodPost, "/config", app.ConfigUpdate{CapabilityPolicies: map[string]pairing.Policy{name: p}}, nil)
+			return func() {
+				if err != nil {
+					dialog.ShowError(err, uw.w)
+				}
+				refresh()
+			}
+		})
+	})
+	uw.w = u.newWindow(titleManifest, v.root)
+	uw.w.Resize(fyne.NewSize(620, 600))
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventStatus) {
+			refresh()
+		}
+	}
+	refresh()
+	return uw
+}
