@@ -195,7 +195,9 @@ func (u *uiProc) watch() {
 			u.cancel()
 			return
 		}
-		u.do(func() { u.onEvents([]app.EventType{app.EventUI, app.EventApprovals, app.EventStatus, app.EventPeers, app.EventGrants}) })
+		u.do(func() {
+			u.onEvents([]app.EventType{app.EventUI, app.EventApprovals, app.EventStatus, app.EventPeers, app.EventGrants})
+		})
 		select {
 		case <-u.ctx.Done():
 			return

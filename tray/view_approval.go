@@ -22,11 +22,11 @@ type approvalView struct {
 	onDecide func(a app.Approval, d app.ApprovalDecision)
 
 	items []app.Approval
-	cur   string          // id of the approval shown
+	cur   string // id of the approval shown
 	// scopesFor and alwaysFor are the approvals the choices were reset for.
 	scopesFor, alwaysFor string
-	busy  map[string]bool // decisions sent, answer not yet seen
-	now   func() time.Time
+	busy                 map[string]bool // decisions sent, answer not yet seen
+	now                  func() time.Time
 
 	title     *widget.Label
 	position  *widget.Label

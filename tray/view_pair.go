@@ -18,9 +18,9 @@ import (
 
 // pairCallbacks are what the pairing window asks of the node.
 type pairCallbacks struct {
-	NewCode func()                                                 // start a new pairing session
+	NewCode func()                                                // start a new pairing session
 	Decide  func(a app.Approval, approve bool, sc pairing.Scopes) // the owner's answer to a claim
-	LANOn   func()                                                 // make this device reachable on the LAN
+	LANOn   func()                                                // make this device reachable on the LAN
 	Close   func()
 }
 
