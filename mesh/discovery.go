@@ -3,7 +3,6 @@ package mesh
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tailscale.com/client/local"
@@ -157,6 +157,8 @@ type Discovery struct {
 	cancel   context.CancelFunc
 	started  bool
 	closed   bool
+
+	retryWaits atomic.Int32 // goroutines waiting to re-read Status after a probe timeout
 
 	wg sync.WaitGroup
 }
@@ -489,7 +491,7 @@ func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []strin
 		if h, err = d.prober.probe(ctx, scheme, a, wantFP); err == nil {
 			return h, a, nil
 		}
-		if ne, ok := errors.AsType[net.Error](err); stopOnTimeout && (errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout()) {
+		if stopOnTimeout && isTimeout(err) {
 			break
 		}
 	}

@@ -228,7 +228,7 @@ func TestNegCache(t *testing.T) {
 	now := time.Unix(1000, 0)
 	// Backoff: 10 s, 20 s, 40 s, 80 s, 80 s.
 	for i, want := range []time.Duration{10, 20, 40, 80, 80} {
-		c.add("p", now)
+		c.add("p", now, false)
 		if !c.has("p", now.Add(want*time.Second-time.Millisecond)) || c.has("p", now.Add(want*time.Second)) {
 			t.Fatalf("miss %d: not remembered for exactly %ds", i+1, want)
 		}
@@ -237,8 +237,15 @@ func TestNegCache(t *testing.T) {
 	if c.has("p", now) {
 		t.Fatal("del did not forget")
 	}
+	// Timeouts back off from timeoutRetry: 2 s, 4 s.
+	for i, want := range []time.Duration{2, 4} {
+		c.add("slow", now, true)
+		if !c.has("slow", now.Add(want*time.Second-time.Millisecond)) || c.has("slow", now.Add(want*time.Second)) {
+			t.Fatalf("timeout %d: not remembered for exactly %ds", i+1, want)
+		}
+	}
 	for i := range 10 {
-		c.add(string(rune('a'+i)), now.Add(time.Duration(i)*time.Second))
+		c.add(string(rune('a'+i)), now.Add(time.Duration(i)*time.Second), false)
 	}
 	if c.len() != 4 {
 		t.Fatalf("len %d, want the bound 4", c.len())

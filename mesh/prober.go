@@ -143,7 +143,9 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 // peers without meshtray are not probed on every status change. The first
 // miss is remembered for max/8, each further one twice as long, up to max
 // (a peer that starts meshtray later is found soon; one that never does
-// costs little). Bounded: at limit entries the one expiring first goes.
+// costs little). A timeout is not an answer (the first packets through a
+// new tunnel can be slow): it starts from timeoutRetry instead. Bounded: at
+// limit entries the one expiring first goes.
 type negCache struct {
 	mu    sync.Mutex
 	max   time.Duration
@@ -168,8 +170,12 @@ func (c *negCache) has(key string, now time.Time) bool {
 	return ok && now.Before(e.until)
 }
 
-// add records a miss for key at now.
-func (c *negCache) add(key string, now time.Time) {
+// timeoutRetry is the first back-off after a probe timed out.
+const timeoutRetry = 2 * time.Second
+
+// add records a miss for key at now; timedOut marks an inconclusive one.
+// It returns how long the miss is remembered.
+func (c *negCache) add(key string, now time.Time, timedOut bool) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
@@ -184,12 +190,17 @@ func (c *negCache) add(key string, now time.Time) {
 		delete(c.m, oldK)
 	}
 	ttl := c.max / 8
+	if timedOut {
+		ttl = min(ttl, timeoutRetry)
+	}
 	for i := 0; i < e.misses && ttl < c.max; i++ {
 		ttl *= 2
 	}
 	e.misses++
-	e.until = now.Add(min(ttl, c.max))
+	ttl = min(ttl, c.max)
+	e.until = now.Add(ttl)
 	c.m[key] = e
+	return ttl
 }
 
 // del forgets key (the peer came back online, or called us).

@@ -438,8 +438,12 @@ func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []st
 		return
 	}
 	if err != nil {
-		d.neg.add(key, time.Now())
-		d.log.Debug("tailnet peer is not meshtray", "node", node, "err", err)
+		timedOut := isTimeout(err)
+		ttl := d.neg.add(key, time.Now(), timedOut)
+		d.log.Debug("tailnet peer is not meshtray", "node", node, "err", err, "retry_in", ttl)
+		if timedOut {
+			d.retryAfter(ctx, ttl)
+		}
 		return
 	}
 	if h.ID == d.selfID() {
@@ -479,6 +483,43 @@ func (d *Discovery) recheckOne(id string, src Source) {
 		}
 		d.table.setOnline(id, src, true)
 	})
+}
+
+// maxRetryWaits bounds the goroutines waiting to retry timed-out probes;
+// beyond it the periodic Status re-read (RetryMax) retries them.
+const maxRetryWaits = 16
+
+// retryAfter re-reads Status (which probes peers whose negative entry has
+// lapsed) after ttl.
+func (d *Discovery) retryAfter(ctx context.Context, ttl time.Duration) {
+	if d.retryWaits.Add(1) > maxRetryWaits {
+		d.retryWaits.Add(-1)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		d.retryWaits.Add(-1)
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer d.retryWaits.Add(-1)
+		t := time.NewTimer(ttl + 10*time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			d.kick(d.kickTS)
+		}
+	}()
+}
+
+// isTimeout reports whether err is a probe that ran out of time.
+func isTimeout(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout()
 }
 
 func cmpScheme(s string) string {
