@@ -45,6 +45,7 @@ type pairView struct {
 	claim   app.Approval
 
 	// code state
+	intro    *widget.Label
 	qr       *canvas.Image
 	qrBox    *fyne.Container
 	code     *widget.Label
@@ -84,7 +85,7 @@ func newPairView(cb pairCallbacks) *pairView {
 	v.url = widget.NewEntry()
 	v.url.Wrapping = fyne.TextWrapBreak
 	v.url.MultiLine = true
-	v.url.SetMinRowsVisible(2)
+	v.url.SetMinRowsVisible(3)
 	v.url.OnChanged = func(string) { v.url.SetText(v.session.URL) } // read-only but selectable
 	copyURL := widget.NewButtonWithIcon("Copy", theme.ContentCopyIcon(), func() {
 		if a := fyne.CurrentApp(); a != nil {
@@ -99,12 +100,14 @@ func newPairView(cb pairCallbacks) *pairView {
 		}
 	})
 	v.left = mutedLabel("")
+	v.intro = wrapLabel("")
 	v.codeBody = container.NewVBox(
-		wrapLabel("On the other device, scan this code with the camera, or open the address below. On another computer running meshtray: meshtray pair --join ADDRESS."),
+		v.intro,
+		v.lanBtn,
 		v.qrBox,
 		container.NewHBox(layout.NewSpacer(), fieldName("One-time code"), v.code, layout.NewSpacer()),
 		container.NewBorder(nil, nil, nil, copyURL, v.url),
-		v.hint, v.lanBtn,
+		v.hint,
 		v.left,
 	)
 
@@ -180,12 +183,14 @@ func (v *pairView) setSession(s app.PairingSession) {
 		v.qr.Image = qrImage(target)
 		v.qr.Refresh()
 		v.qrBox.Show()
+		v.intro.SetText("On the other device, scan this code with the camera, or open the address below. On another computer running meshtray: meshtray pair --join ADDRESS")
 		v.hint.Hide()
 		v.lanBtn.Hide()
 	} else {
 		// Not reachable from another device: no QR a phone could use.
 		v.qrBox.Hide()
-		v.hint.SetText("Other devices cannot reach this one yet. Turn on \"Reachable on local network\", or use Tailscale. The address below works only for a second meshtray on this computer.")
+		v.intro.SetText("Other devices cannot reach this one yet: make it reachable on the local network, or use Tailscale.")
+		v.hint.SetText("The address below works only for a second meshtray on this computer (meshtray pair --join ADDRESS).")
 		v.hint.Show()
 		v.lanBtn.Show()
 		if len(s.URLs) > 0 {

@@ -1,0 +1,178 @@
+//go:build linux
+
+package tray
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"meshtray/app"
+)
+
+// TestTrayMenuOverDBus drives the tray through the real StatusNotifierItem
+// and com.canonical.dbusmenu protocol, as a desktop panel does: a private
+// bus under Xvfb, a test-side StatusNotifierWatcher, the tray process
+// (node included) registering with it, its menu read with GetLayout and
+// clicked with Event "clicked" (issue 6 §5).
+func TestTrayMenuOverDBus(t *testing.T) {
+	d := startDesktop(t, true)
+	p := startTrayCmd(t, d.env(), t.TempDir(), nil)
+	c := p.client(t)
+	it := d.Watcher.waitItem(t, 20*time.Second)
+	if it.Path != "/StatusNotifierItem" {
+		t.Errorf("registered path %q, want /StatusNotifierItem", it.Path)
+	}
+
+	m := d.Watcher.waitMenu(t, it, 15*time.Second, "the full menu", func(m menuNode) bool {
+		peers, ok := m.item(labelPeers)
+		_, pub := m.item(labelPublish)
+		return ok && pub && len(peers.Children) > 0
+	})
+	var st app.Status
+	if err := c.Do(context.Background(), http.MethodGet, "/status", nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"test-laptop — " + st.OS,
+		"A2A off · not reachable from other devices",
+		labelPublish, labelLAN, labelPeers,
+		labelPair, labelDevices, "Approvals (0)…", labelManifest,
+		labelAutostart, labelLogs, labelQuit,
+	}
+	if got := m.labels(); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("menu labels:\n got %q\nwant %q", got, want)
+	}
+	status, _ := m.item(want[1])
+	if status.Enabled {
+		t.Error("the status line is clickable; want it disabled")
+	}
+	peers, _ := m.item(labelPeers)
+	if got := peers.labels(); strings.Join(got, "|") != labelNoPeers+"|"+labelAllPeers {
+		t.Errorf("Peers submenu: %q", got)
+	}
+	pub, _ := m.item(labelPublish)
+	if pub.ToggleType != "checkmark" || pub.ToggleState != 0 {
+		t.Errorf("Publish: toggle-type %q state %d, want an unchecked checkmark", pub.ToggleType, pub.ToggleState)
+	}
+	iconBefore := d.Watcher.iconPixmap(t, it)
+
+	card := c.BaseURL() + "/.well-known/agent-card.json"
+	if s := getStatus(t, card); s != http.StatusNotFound {
+		t.Fatalf("card before publishing: %d, want 404", s)
+	}
+	d.Watcher.click(t, it, pub.ID)
+	deadline := time.Now().Add(10 * time.Second)
+	for getStatus(t, card) != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent card did not go to 200 after the click")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.Watcher.waitMenu(t, it, 10*time.Second, "Publish checked", func(m menuNode) bool {
+		pub, ok := m.item(labelPublish)
+		_, line := m.item("A2A on · not reachable from other devices")
+		return ok && pub.ToggleState == 1 && line
+	})
+	if bytes.Equal(iconBefore, d.Watcher.iconPixmap(t, it)) {
+		t.Error("the tray icon did not change when the card was published")
+	}
+	// The CLI and the tray are one state: `meshtray a2a off` unchecks it.
+	if err := c.Do(context.Background(), http.MethodPost, "/a2a/status", map[string]bool{"enabled": false}, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.Watcher.waitMenu(t, it, 10*time.Second, "Publish unchecked after a2a off", func(m menuNode) bool {
+		pub, ok := m.item(labelPublish)
+		return ok && pub.ToggleState == 0
+	})
+	if s := getStatus(t, card); s != http.StatusNotFound {
+		t.Fatalf("card after a2a off: %d, want 404", s)
+	}
+
+	// Start at login writes the XDG autostart entry, with this state dir.
+	d.Watcher.clickLabel(t, it, labelAutostart)
+	entry := filepath.Join(d.Home, "autostart", AppID+".desktop")
+	d.Watcher.waitMenu(t, it, 10*time.Second, "Start at login checked", func(m menuNode) bool {
+		a, ok := m.item(labelAutostart)
+		return ok && a.ToggleState == 1
+	})
+	b, err := os.ReadFile(entry)
+	if err != nil {
+		t.Fatalf("autostart entry: %v", err)
+	}
+	if !strings.Contains(string(b), "--state-dir "+p.StateDir) || !strings.Contains(string(b), "--keychain file") {
+		t.Errorf("autostart Exec lacks the state dir or keychain:\n%s", b)
+	}
+	d.Watcher.clickLabel(t, it, labelAutostart)
+	d.Watcher.waitMenu(t, it, 10*time.Second, "Start at login unchecked", func(m menuNode) bool {
+		a, ok := m.item(labelAutostart)
+		return ok && a.ToggleState == 0
+	})
+	if _, err := os.Stat(entry); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("autostart entry still there after unticking: %v", err)
+	}
+
+	// Quit stops the node cleanly.
+	d.Watcher.clickLabel(t, it, labelQuit)
+	exited, err := p.exited(15 * time.Second)
+	if !exited {
+		t.Fatal("the tray did not exit after Quit")
+	}
+	if err != nil {
+		t.Fatalf("tray exit after Quit: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(p.StateDir, "daemon.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("daemon.json left behind after Quit: %v", err)
+	}
+	if !strings.Contains(p.Logs(), "tray stopped") {
+		t.Errorf("no clean stop in the logs")
+	}
+}
+
+// TestTrayWithoutDisplayRunsNode: no display and no session bus → the tray
+// says so once and the node keeps serving; SIGTERM stops it cleanly.
+func TestTrayWithoutDisplayRunsNode(t *testing.T) {
+	t.Parallel()
+	p := startTrayCmd(t, (*desktop)(nil).env(), t.TempDir(), nil)
+	c := p.client(t)
+	var st app.Status
+	if err := c.Do(context.Background(), http.MethodGet, "/status", nil, &st); err != nil {
+		t.Fatalf("the node does not answer without a display: %v", err)
+	}
+	if n := strings.Count(p.Logs(), "no tray: no display"); n != 1 {
+		t.Errorf("the no-display notice appears %d times, want once:\n%s", n, p.Logs())
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if exited, err := p.exited(15 * time.Second); !exited || err != nil {
+		t.Fatalf("stop on SIGTERM: exited %v, %v", exited, err)
+	}
+}
+
+// TestSecondTraySaysRunning: one tray per state dir; the second start says
+// the tray is running, with its pid.
+func TestSecondTraySaysRunning(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := startTrayCmd(t, (*desktop)(nil).env(), dir, nil)
+	p.client(t)
+	cmd := exec.Command(os.Args[0], "--state-dir", dir, "--port", "0", "--keychain", "file")
+	cmd.Env = (*desktop)(nil).env()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != app.ExitError {
+		t.Fatalf("second start: %v, want exit %d\n%s", err, app.ExitError, out)
+	}
+	want := "the meshtray tray is already running (pid " + strconv.Itoa(p.cmd.Process.Pid) + ")"
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("second start says:\n%s\nwant it to contain %q", out, want)
+	}
+}
