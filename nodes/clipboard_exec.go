@@ -51,6 +51,7 @@ func newClipboard(getenv func(string) string) *clipboard {
 // clipTool is one tool's read and write command lines.
 type clipTool struct {
 	read, write []string
+	forks       bool // the write tool leaves a child that owns the selection
 }
 
 // tool picks the tool for the current session, in atotto's order, or says
@@ -67,11 +68,11 @@ func (c *clipboard) tool() (clipTool, string) {
 	case !wayland && !x11:
 		return clipTool{}, "no graphical session (DISPLAY and WAYLAND_DISPLAY are unset)"
 	case wayland && c.wlcopy != "" && c.wlpaste != "":
-		return clipTool{read: []string{c.wlpaste, "--no-newline"}, write: []string{c.wlcopy}}, ""
+		return clipTool{read: []string{c.wlpaste, "--no-newline"}, write: []string{c.wlcopy}, forks: true}, ""
 	case x11 && c.xclip != "":
-		return clipTool{read: []string{c.xclip, "-out", "-selection", "clipboard"}, write: []string{c.xclip, "-in", "-selection", "clipboard"}}, ""
+		return clipTool{read: []string{c.xclip, "-out", "-selection", "clipboard"}, write: []string{c.xclip, "-in", "-selection", "clipboard"}, forks: true}, ""
 	case x11 && c.xsel != "":
-		return clipTool{read: []string{c.xsel, "--output", "--clipboard"}, write: []string{c.xsel, "--input", "--clipboard"}}, ""
+		return clipTool{read: []string{c.xsel, "--output", "--clipboard"}, write: []string{c.xsel, "--input", "--clipboard"}, forks: true}, ""
 	case wayland:
 		return clipTool{}, "no clipboard tool: install wl-clipboard"
 	}
@@ -175,5 +176,33 @@ func (c *clipboard) write(ctx context.Context, text string) error {
 		msg, _ := io.ReadAll(io.LimitReader(r, 4<<10))
 		return fmt.Errorf("%s: %w: %s", t.write[0], err, strings.TrimSpace(string(msg)))
 	}
+	if t.forks {
+		c.awaitOwner(ctx, t, text)
+	}
 	return nil
+}
+
+// awaitOwner waits, up to a second, until the clipboard reads back text.
+// xclip, xsel and wl-copy return once they have forked the child that owns
+// the selection, and that child may not have taken ownership yet (xsel
+// forks first and owns after), so a read right after the write could see
+// the old text. A clipboard manager may take the text over and change it;
+// the write still succeeded, so the wait just ends.
+func (c *clipboard) awaitOwner(ctx context.Context, t clipTool, text string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	want, _ := cutUTF8([]byte(text), MaxClipboardBytes)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, _, err := c.read(ctx)
+		if err == nil && got == string(want) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
