@@ -430,25 +430,16 @@ func lanInterfaces(only []string) (lanView, error) {
 	return v, nil
 }
 
-// onLink orders "host:port" addresses so the ones inside one of our LAN
-// subnets come first (a multi-homed peer announces all its addresses on
-// every link, e.g. a docker bridge's too); order is otherwise kept.
+// onLink keeps the "host:port" addresses inside one of our LAN subnets, in
+// order. A multi-homed peer announces all its addresses on every link (a
+// docker bridge's too), and a stranger's TXT/A records must not make us
+// connect to arbitrary hosts: an mDNS peer is on our link or not ours to
+// probe.
 func onLink(addrs []string, prefixes []netip.Prefix) []string {
-	in := func(s string) bool {
+	return slices.DeleteFunc(slices.Clone(addrs), func(s string) bool {
 		ap, err := netip.ParseAddrPort(s)
-		return err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ap.Addr()) })
-	}
-	out := slices.Clone(addrs)
-	slices.SortStableFunc(out, func(a, b string) int {
-		switch ia, ib := in(a), in(b); {
-		case ia && !ib:
-			return -1
-		case !ia && ib:
-			return 1
-		}
-		return 0
+		return err != nil || !slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ap.Addr()) })
 	})
-	return out
 }
 
 // probeAsync runs f in a tracked goroutine unless a probe with the same key

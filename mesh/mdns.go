@@ -286,12 +286,12 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 			break
 		}
 	}
-	if len(addrs) == 0 {
-		return
-	}
 	d.mu.Lock()
 	addrs = onLink(addrs, d.lanNow.prefixes)
 	d.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
 	expiry := d.opts.Timing.MDNSExpiry
 	if s, h, ok := d.table.sightingOf(txt.id, SourceMDNS); ok && h.FP == txt.fp && h.A2A == txt.a2a &&
 		h.Name == txt.name && h.OS == txt.os && slices.Equal(s.addrs, addrs) {

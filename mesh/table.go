@@ -154,20 +154,6 @@ func (t *Table) AddManual(ctx context.Context, rawURL string) (Peer, error) {
 	if h.ID == t.selfID() {
 		return Peer{}, ErrSelf
 	}
-	t.mu.Lock()
-	if r, ok := t.rows[h.ID]; !ok || r.by[SourceManual] == nil {
-		n := 0
-		for _, r := range t.rows {
-			if r.by[SourceManual] != nil {
-				n++
-			}
-		}
-		if n >= maxManualRows {
-			t.mu.Unlock()
-			return Peer{}, ErrTableFull
-		}
-	}
-	t.mu.Unlock()
 	if err := t.upsert(h, SourceManual, scheme, []string{hostport}, 0, ""); err != nil {
 		return Peer{}, err
 	}
@@ -241,6 +227,12 @@ func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl t
 		changed = true
 	}
 	s := r.by[src]
+	if s == nil && src == SourceManual && t.countLocked(SourceManual) >= maxManualRows {
+		if len(r.by) == 0 {
+			delete(t.rows, h.ID)
+		}
+		return ErrTableFull
+	}
 	if s == nil {
 		s = &sighting{}
 		r.by[src] = s
@@ -268,6 +260,17 @@ func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl t
 		t.notifyLocked()
 	}
 	return nil
+}
+
+// countLocked counts the rows with a src sighting. t.mu must be held.
+func (t *Table) countLocked(src Source) int {
+	n := 0
+	for _, r := range t.rows {
+		if r.by[src] != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // evictLocked drops the least recently seen row that is offline and not

@@ -253,11 +253,11 @@ func TestLANInterfacesExcludeLoopbackAndTailnet(t *testing.T) {
 	}
 }
 
-func TestOnLinkOrder(t *testing.T) {
+func TestOnLinkOnly(t *testing.T) {
 	t.Parallel()
 	prefixes := []netip.Prefix{netip.MustParsePrefix("198.18.7.0/24"), netip.MustParsePrefix("2001:db8::/64")}
 	in := []string{"172.17.0.1:1", "[2001:db8:1::5]:1", "[2001:db8::5]:1", "198.18.7.9:1", "10.0.0.1:1"}
-	want := []string{"[2001:db8::5]:1", "198.18.7.9:1", "172.17.0.1:1", "[2001:db8:1::5]:1", "10.0.0.1:1"}
+	want := []string{"[2001:db8::5]:1", "198.18.7.9:1"}
 	if got := onLink(in, prefixes); !slices.Equal(got, want) {
 		t.Fatalf("onLink = %v, want %v", got, want)
 	}
@@ -319,5 +319,26 @@ func TestTailscaleStateStrings(t *testing.T) {
 		if err := back.UnmarshalText(b); err != nil || back != st {
 			t.Errorf("text round trip of %v: %v %v", st, back, err)
 		}
+	}
+}
+
+func TestManualRowsBounded(t *testing.T) {
+	t.Parallel()
+	tb := newTable(nil, nil, nil, DefaultPort)
+	for i := range maxManualRows {
+		if err := tb.upsert(helloOf(newTestIdentity(t), "m"), SourceManual, "https", []string{fmt.Sprint("198.18.7.1:", i+1)}, 0, ""); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	extra := newTestIdentity(t)
+	if err := tb.upsert(helloOf(extra, "m"), SourceManual, "https", []string{"198.18.7.2:1"}, 0, ""); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("err = %v, want ErrTableFull", err)
+	}
+	if _, ok := tb.Get(extra.id); ok {
+		t.Fatal("refused manual peer left a row behind")
+	}
+	// The same device seen over mDNS is still welcome.
+	if err := tb.upsert(helloOf(extra, "m"), SourceMDNS, "https", []string{"198.18.7.2:1"}, time.Minute, ""); err != nil {
+		t.Fatal(err)
 	}
 }
