@@ -1,0 +1,605 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/pairing"
+)
+
+// The forward executor (issue 4 §3): meshtray as the consent layer in front
+// of an A2A agent that has none (the person's own agent on localhost, for
+// instance). The task engine asks the owner first, exactly as for the node
+// executor; an approved task is relayed to the upstream agent, and what
+// the upstream reports travels back to the original caller.
+
+// Defaults of ForwardOptions.
+const (
+	DefaultForwardCardTTL    = time.Minute
+	DefaultForwardContexts   = 1024
+	DefaultForwardCancelWait = 3 * time.Second
+	DefaultForwardSweep      = 10 * time.Second
+	maxParked                = 1024
+	// forwardLearnWait is how long a cancel waits for the upstream's task
+	// id still in flight (with CancelWait it stays within the engine's
+	// DefaultCancelWait).
+	forwardLearnWait = time.Second
+)
+
+// ForwardOptions configure a ForwardExecutor.
+type ForwardOptions struct {
+	// URL is the upstream agent: its base URL (the card is at CardPath
+	// below it) or its card's URL. CheckAgentURL's rules apply (https, or
+	// http to loopback or tailnet addresses).
+	URL string
+	// Token returns the bearer token for the upstream, read at each turn;
+	// nil, or "", sends none.
+	Token func() string
+	// Transport for the upstream; nil is a bounded transport (dial, TLS,
+	// headers), never a client-wide timeout.
+	Transport http.RoundTripper
+	// CardTTL: how long a verified upstream card is used before it is
+	// fetched again (default 1 min).
+	CardTTL time.Duration
+	// MaxContexts bounds the remembered (caller, contextId) -> upstream
+	// contextId pairs (default 1024; least recently used go first).
+	MaxContexts int
+	// CancelWait bounds a cancel forwarded upstream (default 3 s; the
+	// engine waits DefaultCancelWait for the executor).
+	CancelWait time.Duration
+	// SweepInterval: how often upstream tasks parked in input-required are
+	// checked against their local tasks (a local task canceled while it
+	// waited for the caller has no running turn to forward the cancel;
+	// default 10 s).
+	SweepInterval time.Duration
+	Logger        *slog.Logger
+	Now           func() time.Time
+}
+
+// ForwardStatus is the forward executor as the owner sees it.
+type ForwardStatus struct {
+	URL      string    `json:"url"`
+	Agent    string    `json:"agent,omitempty"` // the upstream card's name
+	Ready    bool      `json:"ready"`           // the last check verified the card
+	Problem  string    `json:"problem,omitempty"`
+	Checked  time.Time `json:"checked,omitzero"`
+	Parked   int       `json:"parked"`   // upstream tasks waiting for their callers
+	Contexts int       `json:"contexts"` // caller contexts mapped
+}
+
+// ForwardExecutor relays approved tasks to an upstream A2A agent: each turn
+// becomes a message to the upstream (message/stream when its card
+// advertises streaming, else message/send and tasks/get polling), and the
+// upstream's status messages (working), artifacts (appended chunks too)
+// and final state come back through the Execution: completed, failed,
+// input-required (the caller's answer goes to the same upstream task);
+// auth-required upstream is relayed as input-required; rejected or
+// canceled upstream fail the local task with the reason.
+//
+// Contexts: a caller's contextId is never sent upstream. Each (caller
+// grant, contextId) maps to the one upstream context the upstream minted
+// for its first task, so a caller's follow-up tasks share an upstream
+// context and two callers never do (DESIGN.md, "A2A").
+//
+// Cancel: when the engine cancels a running turn (tasks/cancel, shutdown)
+// the executor sends tasks/cancel upstream before returning. An upstream
+// task parked in input-required when its local task is canceled is
+// canceled by the next sweep (SweepInterval) or by Close.
+type ForwardExecutor struct {
+	o       ForwardOptions
+	u       *url.URL
+	log     *slog.Logger
+	rt      http.RoundTripper
+	closeRT func()
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	card     *CardInfo
+	checked  time.Time
+	problem  string
+	contexts map[fwdCtxKey]*fwdCtx
+	parked   map[a2a.TaskID]a2a.TaskID // local task -> upstream task, waiting for the caller
+	srv      *Server
+	attached bool
+}
+
+type fwdCtxKey struct{ owner, ctx string }
+
+type fwdCtx struct {
+	up   string
+	used time.Time
+}
+
+var (
+	_ Executor   = (*ForwardExecutor)(nil)
+	_ Summarizer = (*ForwardExecutor)(nil)
+)
+
+// NewForwardExecutor returns a forward executor for o.URL; the upstream
+// need not be up yet (its card is fetched at the first task).
+func NewForwardExecutor(o ForwardOptions) (*ForwardExecutor, error) {
+	u, err := CheckAgentURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("a2a.forward.url: %w", err)
+	}
+	if o.CardTTL <= 0 {
+		o.CardTTL = DefaultForwardCardTTL
+	}
+	if o.MaxContexts <= 0 {
+		o.MaxContexts = DefaultForwardContexts
+	}
+	if o.CancelWait <= 0 {
+		o.CancelWait = DefaultForwardCancelWait
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultForwardSweep
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Token == nil {
+		o.Token = func() string { return "" }
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &ForwardExecutor{o: o, u: u, log: log, contexts: make(map[fwdCtxKey]*fwdCtx), parked: make(map[a2a.TaskID]a2a.TaskID)}
+	if o.Transport != nil {
+		f.rt = o.Transport
+	} else {
+		tr := newExternalTransport()
+		f.rt, f.closeRT = tr, tr.CloseIdleConnections
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	return f, nil
+}
+
+// Attach lets the executor see the engine's tasks, to forward the cancel
+// of a task canceled while it waited for its caller; it starts the sweep.
+func (f *ForwardExecutor) Attach(s *Server) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.attached || f.ctx.Err() != nil {
+		return
+	}
+	f.srv, f.attached = s, true
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		t := time.NewTicker(f.o.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.ctx.Done():
+				return
+			case <-t.C:
+				f.sweep()
+			}
+		}
+	}()
+}
+
+// Close stops the sweep and cancels every upstream task still parked
+// (their local tasks end with the node), within CancelWait.
+func (f *ForwardExecutor) Close() {
+	f.cancel()
+	f.wg.Wait()
+	f.mu.Lock()
+	ups := make([]a2a.TaskID, 0, len(f.parked))
+	for _, up := range f.parked {
+		ups = append(ups, up)
+	}
+	clear(f.parked)
+	f.mu.Unlock()
+	if len(ups) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), f.o.CancelWait)
+		if rem, err := f.open(ctx); err == nil {
+			var wg sync.WaitGroup
+			for _, up := range ups {
+				wg.Go(func() { f.cancelUpstream(ctx, rem, up) })
+			}
+			wg.Wait()
+			rem.Close()
+		}
+		cancel()
+	}
+	if f.closeRT != nil {
+		f.closeRT()
+	}
+}
+
+// sweep cancels upstream tasks whose local task ended while parked.
+func (f *ForwardExecutor) sweep() {
+	f.mu.Lock()
+	srv := f.srv
+	if srv == nil || len(f.parked) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	states := make(map[a2a.TaskID]a2a.TaskState)
+	for _, t := range srv.Tasks() {
+		states[a2a.TaskID(t.ID)] = t.State
+	}
+	var ups []a2a.TaskID
+	f.mu.Lock()
+	for local, up := range f.parked {
+		if st, ok := states[local]; !ok || st.Terminal() {
+			delete(f.parked, local)
+			ups = append(ups, up)
+		}
+	}
+	f.mu.Unlock()
+	if len(ups) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, f.o.CancelWait*time.Duration(min(len(ups), 10)))
+	defer cancel()
+	rem, err := f.open(ctx)
+	if err != nil {
+		f.log.Warn("cannot forward cancels of tasks that ended while waiting for their callers", "tasks", len(ups), "err", err)
+		return
+	}
+	defer rem.Close()
+	for _, up := range ups {
+		f.cancelUpstream(ctx, rem, up)
+	}
+}
+
+func (f *ForwardExecutor) cancelUpstream(ctx context.Context, rem *remote, up a2a.TaskID) {
+	ctx, cancel := context.WithTimeout(ctx, f.o.CancelWait)
+	defer cancel()
+	t, err := rem.cancel(ctx, up)
+	if err != nil {
+		f.log.Info("forwarded cancel failed", "upstream_task", up, "err", err)
+		return
+	}
+	f.log.Debug("cancel forwarded upstream", "upstream_task", up, "state", t.Status.State)
+}
+
+func (f *ForwardExecutor) park(local, up a2a.TaskID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.parked) >= maxParked {
+		for k := range f.parked { // drop one; the sweep is best effort
+			delete(f.parked, k)
+			break
+		}
+	}
+	f.parked[local] = up
+}
+
+func (f *ForwardExecutor) unpark(local a2a.TaskID) {
+	f.mu.Lock()
+	delete(f.parked, local)
+	f.mu.Unlock()
+}
+
+// Status reports the upstream as last checked.
+func (f *ForwardExecutor) Status() ForwardStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := ForwardStatus{URL: f.u.String(), Checked: f.checked, Problem: f.problem, Parked: len(f.parked), Contexts: len(f.contexts)}
+	if f.card != nil {
+		st.Agent = f.card.Name
+		st.Ready = f.problem == ""
+	}
+	return st
+}
+
+// Check fetches and verifies the upstream card now.
+func (f *ForwardExecutor) Check(ctx context.Context) (ForwardStatus, error) {
+	rem, err := f.openFresh(ctx, true)
+	if rem != nil {
+		rem.Close()
+	}
+	return f.Status(), err
+}
+
+func (f *ForwardExecutor) label() string {
+	return "the agent this device forwards to (" + f.u.Host + ")"
+}
+
+// open returns a remote for the upstream, its card verified within CardTTL.
+func (f *ForwardExecutor) open(ctx context.Context) (*remote, error) {
+	return f.openFresh(ctx, false)
+}
+
+func (f *ForwardExecutor) openFresh(ctx context.Context, force bool) (*remote, error) {
+	f.mu.Lock()
+	card := f.card
+	stale := force || card == nil || f.problem != "" || f.o.Now().Sub(f.checked) > f.o.CardTTL
+	f.mu.Unlock()
+	rt := headerTimeout{rt: f.rt, d: HeaderTimeout}
+	if stale {
+		hc := &http.Client{Transport: rt, CheckRedirect: noRedirects}
+		raw, err := fetchCard(ctx, hc, cardURL(f.u))
+		var info CardInfo
+		if err == nil {
+			info, err = VerifyCard(raw, f.u)
+		}
+		err = classify(f.label(), false, err)
+		if errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+		f.mu.Lock()
+		f.checked = f.o.Now()
+		if err != nil {
+			f.problem = err.Error()
+		} else {
+			f.card, f.problem = &info, ""
+			card = &info
+		}
+		f.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return newRemote(ctx, f.label(), false, *card, rt, f.o.Token(), nil)
+}
+
+// Summarize implements Summarizer: the first line of the text, else the
+// data parts as JSON, else the file names.
+func (f *ForwardExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) string {
+	var data, files []string
+	for _, p := range msg.Parts {
+		switch v := p.(type) {
+		case a2a.TextPart:
+			if line, _, _ := strings.Cut(strings.TrimSpace(v.Text), "\n"); line != "" {
+				return line
+			}
+		case a2a.DataPart:
+			b, _ := json.Marshal(v.Data)
+			data = append(data, string(b))
+		case a2a.FilePart:
+			name := "unnamed"
+			if fb, ok := v.File.(a2a.FileBytes); ok && fb.Name != "" {
+				name = fb.Name
+			} else if fu, ok := v.File.(a2a.FileURI); ok {
+				name = fu.URI
+			}
+			files = append(files, "[file "+name+"]")
+		}
+	}
+	if len(data) > 0 {
+		return strings.Join(data, " ")
+	}
+	if len(files) > 0 {
+		return strings.Join(files, " ")
+	}
+	return "(an empty message)"
+}
+
+// fwdState is kept on the local task across turns (Execution.Value).
+type fwdState struct {
+	upTask    a2a.TaskID
+	upCtx     string
+	arts      artifactTracker
+	local     map[a2a.ArtifactID]a2a.ArtifactID // upstream artifact -> local artifact
+	lastChunk bool
+	lastMsg   string // id of the last relayed working message
+}
+
+// fwdOutcome is the upstream's state when the exchange ended.
+type fwdOutcome struct {
+	state a2a.TaskState
+	msg   *a2a.Message
+}
+
+// Execute implements Executor.
+func (f *ForwardExecutor) Execute(ctx context.Context, ex *Execution) error {
+	st, _ := ex.Value().(*fwdState)
+	if st == nil {
+		st = &fwdState{local: make(map[a2a.ArtifactID]a2a.ArtifactID)}
+	}
+	defer ex.SetValue(st)
+	f.unpark(ex.TaskID())
+
+	rem, err := f.open(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ex.Fail(err.Error())
+		return nil
+	}
+	defer rem.Close()
+
+	in := ex.Message()
+	msg := &a2a.Message{ID: a2a.NewMessageID(), Role: a2a.MessageRoleUser, Parts: append(a2a.ContentParts(nil), in.Parts...)}
+	key := fwdCtxKey{owner: ex.Caller().Owner(), ctx: ex.ContextID()}
+	if st.upTask != "" {
+		msg.TaskID, msg.ContextID = st.upTask, st.upCtx
+	} else {
+		msg.ContextID = f.upstreamContext(key)
+	}
+
+	// The exchange runs on its own context, so that a cancel arriving
+	// before the upstream named its task (its first event is in flight)
+	// can still wait a moment for that id and forward the cancel.
+	xctx, xcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer xcancel()
+	known := make(chan a2a.TaskID, 1)
+	done := make(chan error, 1)
+	var out fwdOutcome
+	go func() {
+		done <- rem.exchange(xctx, &a2a.MessageSendParams{Message: msg}, rem.card.Streaming, f.log, func(ev a2a.Event) {
+			had := st.upTask
+			f.relay(ex, st, key, ev, &out)
+			if had == "" && st.upTask != "" {
+				known <- st.upTask
+			}
+		})
+	}()
+	if msg.TaskID != "" {
+		known <- msg.TaskID
+	}
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		var up a2a.TaskID
+		timer := time.NewTimer(forwardLearnWait)
+		select {
+		case up = <-known:
+		case <-timer.C:
+		case <-done: // ended on its own meanwhile; st is final
+			up = st.upTask
+			done <- nil
+		}
+		timer.Stop()
+		if up != "" {
+			f.cancelUpstream(context.WithoutCancel(ctx), rem, up)
+		} else {
+			f.log.Warn("task canceled before the upstream named it; its cancel cannot be forwarded")
+		}
+		xcancel()
+		<-done
+		return ctx.Err()
+	}
+	if err != nil {
+		ex.Fail(fmt.Sprintf("lost %s: %v", f.label(), err))
+		return nil
+	}
+	text, parts := splitMessage(out.msg)
+	switch out.state {
+	case a2a.TaskStateCompleted:
+		ex.Complete(text, parts...)
+	case a2a.TaskStateInputRequired:
+		f.park(ex.TaskID(), st.upTask)
+		ex.InputRequired(text, parts...)
+	case a2a.TaskStateAuthRequired:
+		f.park(ex.TaskID(), st.upTask)
+		ex.InputRequired(strings.TrimSpace("The agent this device forwards to asks for authentication. "+text), parts...)
+	case a2a.TaskStateRejected:
+		ex.Fail(strings.TrimSpace("rejected by the agent this device forwards to. "+text), parts...)
+	case a2a.TaskStateCanceled:
+		ex.Fail(strings.TrimSpace("canceled by the agent this device forwards to. "+text), parts...)
+	default: // failed, or an unknown final state
+		ex.Fail(strings.TrimSpace(text+" ("+string(out.state)+" upstream)"), parts...)
+	}
+	return nil
+}
+
+// relay passes one upstream event to the local task.
+func (f *ForwardExecutor) relay(ex *Execution, st *fwdState, key fwdCtxKey, ev a2a.Event, out *fwdOutcome) {
+	if id := ev.TaskInfo().TaskID; id != "" && st.upTask != "" && id != st.upTask {
+		return // not ours
+	}
+	newArt := func(a *a2a.Artifact) {
+		if id := ex.Artifact(a.Name, a.Parts...); id != "" {
+			st.local[a.ID] = id
+		}
+	}
+	appendArt := func(a *a2a.Artifact, parts a2a.ContentParts) {
+		local, ok := st.local[a.ID]
+		if !ok {
+			newArt(&a2a.Artifact{ID: a.ID, Name: a.Name, Parts: parts})
+			return
+		}
+		_ = ex.AppendArtifact(local, st.lastChunk, parts...)
+	}
+	status := func(s a2a.TaskStatus) {
+		if s.State == "" {
+			return
+		}
+		out.state, out.msg = s.State, s.Message
+		if s.State == a2a.TaskStateWorking && s.Message != nil && s.Message.ID != st.lastMsg {
+			st.lastMsg = s.Message.ID
+			if t := messageText(s.Message); t != "" {
+				ex.Working(t)
+			}
+		}
+	}
+	learn := func(id a2a.TaskID, ctxID string) {
+		if st.upTask == "" && id != "" {
+			st.upTask = id
+		}
+		if st.upCtx == "" && ctxID != "" {
+			st.upCtx = ctxID
+			f.rememberContext(key, ctxID)
+		}
+	}
+	switch v := ev.(type) {
+	case *a2a.Task:
+		learn(v.ID, v.ContextID)
+		st.lastChunk = false
+		st.arts.snapshot(v, newArt, appendArt)
+		status(v.Status)
+	case *a2a.TaskStatusUpdateEvent:
+		learn(v.TaskID, v.ContextID)
+		status(v.Status)
+	case *a2a.TaskArtifactUpdateEvent:
+		learn(v.TaskID, v.ContextID)
+		st.lastChunk = v.LastChunk
+		st.arts.update(v, newArt, appendArt)
+	case *a2a.Message:
+		if v.ContextID != "" {
+			learn("", v.ContextID)
+		}
+		out.state, out.msg = a2a.TaskStateCompleted, v
+	}
+}
+
+// upstreamContext returns the upstream context of a caller's context, ""
+// for one not seen yet (the upstream mints it).
+func (f *ForwardExecutor) upstreamContext(k fwdCtxKey) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.contexts[k]
+	if c == nil {
+		return ""
+	}
+	c.used = f.o.Now()
+	return c.up
+}
+
+// rememberContext maps a caller's context to the upstream one, once; the
+// least recently used pair goes when MaxContexts is reached.
+func (f *ForwardExecutor) rememberContext(k fwdCtxKey, up string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.contexts[k]; ok {
+		return
+	}
+	if len(f.contexts) >= f.o.MaxContexts {
+		var oldest fwdCtxKey
+		var when time.Time
+		first := true
+		for kk, c := range f.contexts {
+			if first || c.used.Before(when) {
+				oldest, when, first = kk, c.used, false
+			}
+		}
+		delete(f.contexts, oldest)
+	}
+	f.contexts[k] = &fwdCtx{up: up, used: f.o.Now()}
+}
+
+// splitMessage is a status message's text and its other parts.
+func splitMessage(m *a2a.Message) (string, []a2a.Part) {
+	if m == nil {
+		return "", nil
+	}
+	var parts []a2a.Part
+	for _, p := range m.Parts {
+		if _, ok := p.(a2a.TextPart); !ok {
+			parts = append(parts, p)
+		}
+	}
+	return messageText(m), parts
+}

@@ -1,0 +1,842 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2aclient"
+
+	"meshtray/pairing"
+)
+
+// The outbound client: how meshtray calls other A2A agents (external agents,
+// paired meshtray peers, the forward executor's upstream). It uses the
+// official a2a-go v0.3.15 client over an http.Client without a client-wide
+// Timeout (a2a-go's default 3-minute one cuts long streams; research note
+// a2a-0.3.md §8.10): only connecting, the TLS handshake and the wait for
+// response headers are bounded.
+
+// Bounds and timeouts of the outbound client.
+const (
+	// MaxCardBytes bounds a fetched Agent Card.
+	MaxCardBytes = 256 << 10
+	// MaxResponseBytes bounds one non-streaming JSON-RPC response.
+	MaxResponseBytes = 16 << 20
+	// HeaderTimeout bounds connecting, the TLS handshake and the wait for
+	// response headers of one request (not the body: streams stay open).
+	HeaderTimeout = 30 * time.Second
+	// pollFirst, pollMax: tasks/get polling starts at pollFirst and grows by
+	// half each round up to pollMax, with ±20% jitter.
+	pollFirst = 250 * time.Millisecond
+	pollMax   = 5 * time.Second
+	// pollFailures is how many consecutive transient failures polling
+	// tolerates before it reports the contact lost (~30 s at pollMax).
+	pollFailures = 8
+)
+
+// Errors of the outbound client. Every error a call returns wraps one of
+// them (and the cause), so callers test with errors.Is; app maps them to
+// HTTP statuses. A certificate that does not match a paired peer's pin is
+// pairing.ErrPinMismatch.
+var (
+	// ErrAgentUnknown: no agent by that id or name.
+	ErrAgentUnknown = errors.New("a2a: no such agent")
+	// ErrAgentDisabled: the agent exists but the owner disabled it.
+	ErrAgentDisabled = errors.New("a2a: agent disabled")
+	// ErrAgentUnreachable: the agent could not be reached (connection
+	// refused or reset, DNS, timeouts, HTTP 5xx).
+	ErrAgentUnreachable = errors.New("a2a: agent unreachable")
+	// ErrAgentUnauthorized: the agent answered HTTP 401: the token or grant
+	// we hold for it was revoked or is wrong.
+	ErrAgentUnauthorized = errors.New("a2a: agent refused our token")
+	// ErrAgentRefused: the agent answered with an HTTP error other than 401
+	// or 5xx, or a JSON-RPC error (the a2a-go sentinel, e.g.
+	// a2a.ErrTaskNotFound, is wrapped too).
+	ErrAgentRefused = errors.New("a2a: agent refused the request")
+	// ErrAgentMalformed: the agent's answer is not a valid A2A 0.3.0
+	// JSON-RPC response (bad JSON, unknown kinds, oversize).
+	ErrAgentMalformed = errors.New("a2a: malformed response from agent")
+	// ErrCardInvalid: the Agent Card does not verify (see VerifyCard).
+	ErrCardInvalid = errors.New("a2a: agent card does not verify")
+	// ErrCardUnpublished: there is no Agent Card at the agent's address
+	// (HTTP 404; a meshtray with A2A off).
+	ErrCardUnpublished = errors.New("a2a: agent card not published")
+)
+
+// AgentError is the error of a call to another agent: which agent, what
+// happened in words a person can act on, and the sentinel and cause.
+type AgentError struct {
+	Agent  string // the agent's display name
+	Kind   error  // one of the ErrAgent*/ErrCard* sentinels, or pairing.ErrPinMismatch
+	Detail string // what happened, for a person
+	Err    error  // the cause, may be nil
+}
+
+func (e *AgentError) Error() string { return e.Detail }
+
+// Unwrap exposes the sentinel and the cause to errors.Is/As.
+func (e *AgentError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// statusError is an HTTP answer other than 200 to a JSON-RPC call.
+type statusError struct {
+	Code    int
+	Status  string
+	Snippet string // the start of the body, for the message
+	Paused  bool   // a 401 whose challenge says the grant is paused (meshtray)
+}
+
+func (e *statusError) Error() string {
+	if e.Snippet != "" {
+		return fmt.Sprintf("HTTP %s: %s", e.Status, e.Snippet)
+	}
+	return "HTTP " + e.Status
+}
+
+// errHeaderTimeout is the cause of a request canceled by headerTimeout.
+var errHeaderTimeout = errors.New("no response headers in time")
+
+// headerTimeout bounds a round trip up to the response headers (dial, TLS,
+// request, headers) without bounding the body, so a stream can stay open.
+type headerTimeout struct {
+	rt http.RoundTripper
+	d  time.Duration
+}
+
+func (h headerTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(h.d, func() { cancel(errHeaderTimeout) })
+	resp, err := h.rt.RoundTrip(req.WithContext(ctx))
+	if !timer.Stop() {
+		// The timer fired: whatever came back is abandoned.
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel(nil)
+		return nil, fmt.Errorf("%w after %s", errHeaderTimeout, h.d)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+func (h headerTimeout) CloseIdleConnections() {
+	if c, ok := h.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
+}
+
+// rpcTransport wraps the transport of JSON-RPC calls: it adds the bearer
+// token of an external agent (a peer's transport adds the held grant
+// itself), turns every HTTP status other than 200 into a *statusError
+// (a2a-go would report an opaque "unexpected HTTP status"), and bounds
+// non-streaming bodies to MaxResponseBytes.
+type rpcTransport struct {
+	rt    http.RoundTripper
+	token string // "" for none
+}
+
+func (t rpcTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.token != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	resp, err := t.rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		snip, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		resp.Body.Close()
+		se := &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: cleanSnippet(snip)}
+		if resp.StatusCode == http.StatusUnauthorized {
+			se.Paused = strings.Contains(resp.Header.Get("WWW-Authenticate"), `error_description="grant paused"`)
+		}
+		return nil, se
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &limitedBody{ReadCloser: resp.Body, left: MaxResponseBytes}
+	}
+	return resp, nil
+}
+
+func (t rpcTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// errTooLarge is the read error of a body over its bound.
+var errTooLarge = errors.New("response too large")
+
+type limitedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("%w: over %d bytes", errTooLarge, MaxResponseBytes)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// cleanSnippet makes the start of an error body printable on one line.
+func cleanSnippet(b []byte) string {
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "?")), " ")
+	return truncate(s, 200)
+}
+
+// newExternalTransport is the transport for agents that are not paired
+// meshtray peers: system roots for TLS, the environment's proxy, bounded
+// dial, TLS handshake and response-header waits.
+func newExternalTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  HeaderTimeout,
+		IdleConnTimeout:        60 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+		ForceAttemptHTTP2:      true,
+	}
+}
+
+// noRedirects keeps the client from following redirects with a token: a
+// 3xx comes back as a response (and rpcTransport turns it into an error).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// CheckAgentURL validates the address of an agent meshtray will send work
+// and a token to, and returns it parsed: https to any host, or plain http
+// only to a loopback host (localhost, 127.0.0.0/8, ::1) or a tailnet
+// address (100.64.0.0/10, fd7a:115c:a1e0::/48; WireGuard encrypts those),
+// never across a LAN in clear. No user info, query or fragment.
+func CheckAgentURL(raw string) (*url.URL, error) {
+	if len(raw) > 2048 {
+		return nil, errors.New("the URL is longer than 2048 bytes")
+	}
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return nil, fmt.Errorf("%q is not an absolute http(s) URL", truncate(raw, 100))
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("the agent URL must not carry user info, a query or a fragment (a token goes in --token-stdin)")
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !clearTextOK(u.Hostname()) {
+			return nil, fmt.Errorf("plain http to %s would send the token and the work across the network in clear: "+
+				"use https, or a loopback or tailnet address", u.Hostname())
+		}
+	default:
+		return nil, fmt.Errorf("scheme %q: want https (or http to a loopback or tailnet address)", u.Scheme)
+	}
+	return u, nil
+}
+
+var tailnet4 = netip.MustParsePrefix("100.64.0.0/10")
+var tailnet6 = netip.MustParsePrefix("fd7a:115c:a1e0::/48")
+
+// clearTextOK reports hosts plain http may go to: loopback and tailnet.
+func clearTextOK(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	return a.IsLoopback() || tailnet4.Contains(a) || tailnet6.Contains(a)
+}
+
+// origin is scheme://host:port of u with the default port spelled out, the
+// unit of trust for where a token may be sent.
+func origin(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port))
+}
+
+// CardInfo is what meshtray keeps of a verified Agent Card.
+type CardInfo struct {
+	Name            string      `json:"name"`
+	Description     string      `json:"description,omitempty"`
+	Version         string      `json:"version,omitempty"`
+	ProtocolVersion string      `json:"protocol_version"`
+	Endpoint        string      `json:"endpoint"` // the JSON-RPC URL calls go to
+	Streaming       bool        `json:"streaming"`
+	Skills          []SkillInfo `json:"skills"`
+}
+
+// SkillInfo is one skill of a card.
+type SkillInfo struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// Bounds on what is kept of a card.
+const (
+	maxCardSkills      = 64
+	maxCardTextLen     = 500
+	maxCardNameLen     = 100
+	maxSkillFieldLen   = 100
+	protocolMajorMinor = "0.3"
+)
+
+// VerifyCard checks an Agent Card fetched from base before meshtray uses
+// it (issue 4 §1), and returns what is kept of it:
+//
+//   - protocolVersion is 0.3.x (A2A 0.3.0 §5.5; 1.0 renamed the methods,
+//     research note a2a-0.3.md §8.1);
+//   - name is not empty;
+//   - a JSON-RPC interface: url with preferredTransport JSONRPC (or none,
+//     which defaults to JSONRPC), or an additionalInterfaces entry with
+//     transport JSONRPC; its URL passes CheckAgentURL and has the same
+//     origin (scheme, host, port) as base, so a card can never send our
+//     token to another host;
+//   - at least one skill, each with an id and a name (skills is required,
+//     a2a.json AgentCard).
+//
+// Errors wrap ErrCardInvalid and say what is wrong.
+func VerifyCard(card *a2a.AgentCard, base *url.URL) (CardInfo, error) {
+	bad := func(format string, args ...any) (CardInfo, error) {
+		return CardInfo{}, fmt.Errorf("%w: %s", ErrCardInvalid, fmt.Sprintf(format, args...))
+	}
+	if card == nil {
+		return bad("no card")
+	}
+	pv := strings.TrimSpace(card.ProtocolVersion)
+	if pv == "" {
+		return bad("protocolVersion is missing")
+	}
+	if pv != protocolMajorMinor && !strings.HasPrefix(pv, protocolMajorMinor+".") {
+		return bad("protocolVersion %q: meshtray speaks A2A 0.3 (JSON-RPC method names changed in 1.0)", truncate(pv, 20))
+	}
+	name := strings.TrimSpace(card.Name)
+	if name == "" {
+		return bad("name is empty")
+	}
+	var endpoint string
+	switch card.PreferredTransport {
+	case "", a2a.TransportProtocolJSONRPC:
+		endpoint = card.URL
+	}
+	if endpoint == "" {
+		for _, in := range card.AdditionalInterfaces {
+			if in.Transport == a2a.TransportProtocolJSONRPC && in.URL != "" {
+				endpoint = in.URL
+				break
+			}
+		}
+	}
+	if endpoint == "" {
+		if card.URL == "" {
+			return bad("url is missing")
+		}
+		return bad("no JSON-RPC interface (preferredTransport %q, no JSONRPC entry in additionalInterfaces)", truncate(string(card.PreferredTransport), 20))
+	}
+	eu, err := CheckAgentURL(endpoint)
+	if err != nil {
+		return bad("url %q: %v", truncate(endpoint, 100), err)
+	}
+	if origin(eu) != origin(base) {
+		return bad("url %s is on another origin than %s, where the card came from; meshtray sends a token only where it fetched the card",
+			truncate(endpoint, 100), origin(base))
+	}
+	if len(card.Skills) == 0 {
+		return bad("no skills: the card declares nothing the agent can do")
+	}
+	info := CardInfo{
+		Name:            truncate(oneLineText(name), maxCardNameLen),
+		Description:     truncate(oneLineText(card.Description), maxCardTextLen),
+		Version:         truncate(oneLineText(card.Version), 40),
+		ProtocolVersion: truncate(pv, 20),
+		Endpoint:        eu.String(),
+		Streaming:       card.Capabilities.Streaming,
+	}
+	for i, s := range card.Skills {
+		if strings.TrimSpace(s.ID) == "" || strings.TrimSpace(s.Name) == "" {
+			return bad("skill %d has no id or no name", i)
+		}
+		if len(info.Skills) < maxCardSkills {
+			info.Skills = append(info.Skills, SkillInfo{
+				ID:   truncate(oneLineText(s.ID), maxSkillFieldLen),
+				Name: truncate(oneLineText(s.Name), maxSkillFieldLen),
+			})
+		}
+	}
+	return info, nil
+}
+
+// oneLineText collapses whitespace (newlines included) to single spaces.
+func oneLineText(s string) string {
+	return strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
+}
+
+// cardURL is where the card of an agent added as raw lives: raw itself when
+// its path ends in ".json" (an explicit card URL), else raw's path +
+// CardPath (A2A 0.3.0 §5.3, the well-known URI).
+func cardURL(u *url.URL) *url.URL {
+	c := *u
+	if strings.HasSuffix(strings.ToLower(c.Path), ".json") {
+		return &c
+	}
+	c.Path = strings.TrimSuffix(c.Path, "/") + CardPath
+	c.RawPath = ""
+	return &c
+}
+
+// fetchCard GETs the card at cu with hc, bounded to MaxCardBytes. A 404 is
+// ErrCardUnpublished; anything unparsable is ErrCardInvalid; transport
+// failures are returned as they are (classify them).
+func fetchCard(ctx context.Context, hc *http.Client, cu *url.URL) (*a2a.AgentCard, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cu.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("%w: no agent card at %s (HTTP 404)", ErrCardUnpublished, cu.Redacted())
+	case resp.StatusCode != http.StatusOK:
+		snip, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return nil, &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: cleanSnippet(snip)}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxCardBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxCardBytes {
+		return nil, fmt.Errorf("%w: the card at %s is over %d bytes", ErrCardInvalid, cu.Redacted(), MaxCardBytes)
+	}
+	var card a2a.AgentCard
+	if err := json.Unmarshal(body, &card); err != nil {
+		return nil, fmt.Errorf("%w: the card at %s does not parse: %v", ErrCardInvalid, cu.Redacted(), err)
+	}
+	return &card, nil
+}
+
+// remote is one agent endpoint ready to call: the verified card, an HTTP
+// client for it, and how to name it in errors.
+type remote struct {
+	name   string // display name
+	peer   bool   // a paired meshtray: errors speak of grants and pairing
+	card   CardInfo
+	hc     *http.Client
+	client *a2aclient.Client
+	close  func() // releases idle connections of a per-call transport; may be nil
+}
+
+// newRemote builds the a2a-go client for card's JSON-RPC endpoint over rt
+// (which adds the token). Polling is on: message/send asks blocking:false
+// and the caller polls tasks/get.
+func newRemote(ctx context.Context, name string, peer bool, card CardInfo, rt http.RoundTripper, token string, release func()) (*remote, error) {
+	hc := &http.Client{
+		Transport:     rpcTransport{rt: rt, token: token},
+		CheckRedirect: noRedirects,
+	}
+	c, err := a2aclient.NewFromEndpoints(ctx,
+		[]a2a.AgentInterface{{URL: card.Endpoint, Transport: a2a.TransportProtocolJSONRPC}},
+		a2aclient.WithJSONRPCTransport(hc),
+		a2aclient.WithConfig(a2aclient.Config{
+			PreferredTransports: []a2a.TransportProtocol{a2a.TransportProtocolJSONRPC},
+			Polling:             true,
+		}))
+	if err != nil {
+		if release != nil {
+			release()
+		}
+		return nil, fmt.Errorf("a2a client for %s: %w", name, err)
+	}
+	return &remote{name: name, peer: peer, card: card, hc: hc, client: c, close: release}, nil
+}
+
+// Close releases the remote's connections.
+func (r *remote) Close() {
+	if r.client != nil {
+		_ = r.client.Destroy()
+	}
+	if r.close != nil {
+		r.close()
+	}
+}
+
+// classify turns an error of a call to the agent named name into an
+// *AgentError a person can act on. peer selects wording about grants and
+// pairing. Context cancellation is returned unchanged.
+func classify(name string, peer bool, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *AgentError
+	if errors.As(err, &ae) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isNetTimeout(err) {
+		return err
+	}
+	mk := func(kind error, format string, args ...any) error {
+		return &AgentError{Agent: name, Kind: kind, Detail: fmt.Sprintf(format, args...), Err: err}
+	}
+	what := "agent " + quote(name)
+	if peer {
+		what = "device " + quote(name)
+	}
+	var se *statusError
+	var a2aErr *a2a.Error
+	switch {
+	case errors.Is(err, pairing.ErrPinMismatch):
+		var pe *pairing.PinError
+		if errors.As(err, &pe) {
+			return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired: %v", what, pe)
+		}
+		return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired", what)
+	case errors.As(err, &se) && se.Code == http.StatusUnauthorized:
+		switch {
+		case peer && se.Paused:
+			return mk(ErrAgentUnauthorized, "%s paused the grant it gave this device (HTTP 401); ask its owner to resume it", what)
+		case peer:
+			return mk(ErrAgentUnauthorized, "%s refused the grant it gave this device (HTTP 401): the token was revoked; pair again with `meshtray pair --join`", what)
+		}
+		return mk(ErrAgentUnauthorized, "%s refused our token (HTTP 401): it was revoked or is wrong; give a new one with `meshtray agents add URL --token-stdin`", what)
+	case errors.As(err, &se) && se.Code >= 500:
+		return mk(ErrAgentUnreachable, "%s failed: %v", what, se)
+	case errors.As(err, &se):
+		return mk(ErrAgentRefused, "%s refused the request: %v", what, se)
+	case errors.Is(err, ErrCardUnpublished):
+		if peer {
+			return mk(ErrCardUnpublished, "%s has not published its A2A agent card (A2A is off there; its owner turns it on with `meshtray a2a on`)", what)
+		}
+		return mk(ErrCardUnpublished, "%s: %v", what, err)
+	case errors.Is(err, ErrCardInvalid):
+		return mk(ErrCardInvalid, "%s: %v", what, err)
+	case errors.As(err, &a2aErr):
+		return mk(ErrAgentRefused, "%s answered: %s", what, a2aErr.Error())
+	case errors.Is(err, errTooLarge):
+		return mk(ErrAgentMalformed, "%s sent a response over %d bytes", what, MaxResponseBytes)
+	case isUnreachable(err):
+		return mk(ErrAgentUnreachable, "%s is unreachable: %s", what, netCause(err))
+	}
+	return mk(ErrAgentMalformed, "%s sent a malformed response: %v", what, err)
+}
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// isUnreachable reports transport failures: dial, DNS, resets, timeouts,
+// a connection closed mid-answer.
+func isUnreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) || isNetTimeout(err) ||
+		errors.Is(err, errHeaderTimeout) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) && !isJSONError(err)
+}
+
+func isJSONError(err error) bool {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	return errors.As(err, &se) || errors.As(err, &te)
+}
+
+// netCause is the short form of a transport failure.
+func netCause(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, errHeaderTimeout), isNetTimeout(err):
+		return "no answer in time"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the connection closed mid-answer"
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "cannot resolve " + dns.Name
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Op + ": " + op.Err.Error()
+	}
+	return err.Error()
+}
+
+// transient reports errors worth retrying a poll for.
+func transient(err error) bool {
+	return errors.Is(err, ErrAgentUnreachable)
+}
+
+// settled reports a state in which the agent waits or is done: the stream
+// closes and polling stops (A2A 0.3.0 §7.2: final on terminal and
+// interrupted states).
+func settled(s a2a.TaskState) bool { return s.Terminal() || interrupted(s) }
+
+// finalEvent reports whether ev ends a stream.
+func finalEvent(ev a2a.Event) bool {
+	switch e := ev.(type) {
+	case *a2a.Message:
+		return true
+	case *a2a.Task:
+		return settled(e.Status.State)
+	case *a2a.TaskStatusUpdateEvent:
+		return e.Final || settled(e.Status.State)
+	}
+	return false
+}
+
+// exchange sends params to the agent and reports every event (Task
+// snapshots, status and artifact updates, or a single Message) to on, in
+// order, until the task is terminal or waits for input, ctx ends, or the
+// contact is lost. With stream it uses message/stream; a stream that ends
+// without its final event falls back to tasks/get polling. Without, it
+// sends message/send with blocking:false and polls tasks/get with backoff
+// (pollFirst growing to pollMax, jittered; pollFailures transient errors
+// in a row end it). Errors are classified (*AgentError) or ctx's.
+func (r *remote) exchange(ctx context.Context, params *a2a.MessageSendParams, stream bool, log *slog.Logger, on func(a2a.Event)) error {
+	var taskID a2a.TaskID
+	if stream {
+		var streamErr error
+		got := false
+		for ev, err := range r.client.SendStreamingMessage(ctx, params) {
+			if err != nil {
+				streamErr = err
+				break
+			}
+			if ev == nil {
+				continue
+			}
+			got = true
+			if id := ev.TaskInfo().TaskID; id != "" {
+				taskID = id
+			}
+			on(ev)
+			if finalEvent(ev) {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if taskID == "" {
+			if streamErr == nil {
+				streamErr = errors.New("the stream ended before any event")
+				if got {
+					streamErr = errors.New("the stream sent no task id")
+				}
+			}
+			return classify(r.name, r.peer, streamErr)
+		}
+		if streamErr != nil {
+			if c := classify(r.name, r.peer, streamErr); !transient(c) {
+				return c
+			}
+		}
+		log.Debug("stream ended early; polling the task", "task", taskID, "err", streamErr)
+	} else {
+		res, err := r.client.SendMessage(ctx, params)
+		if err != nil {
+			return classify(r.name, r.peer, err)
+		}
+		switch v := res.(type) {
+		case *a2a.Message:
+			on(v)
+			return nil
+		case *a2a.Task:
+			if v.ID == "" {
+				return classify(r.name, r.peer, errors.New("the answer is a task without an id"))
+			}
+			on(v)
+			if settled(v.Status.State) {
+				return nil
+			}
+			taskID = v.ID
+		default:
+			return classify(r.name, r.peer, fmt.Errorf("unexpected answer %T", res))
+		}
+	}
+	return r.poll(ctx, taskID, on)
+}
+
+// poll reads the task with tasks/get until it settles.
+func (r *remote) poll(ctx context.Context, id a2a.TaskID, on func(a2a.Event)) error {
+	delay := pollFirst
+	fails := 0
+	var last a2a.TaskStatus
+	timer := time.NewTimer(jitter(delay))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		t, err := r.client.GetTask(ctx, &a2a.TaskQueryParams{ID: id})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c := classify(r.name, r.peer, err)
+			if fails++; !transient(c) || fails >= pollFailures {
+				return c
+			}
+		} else {
+			fails = 0
+			if t.ID == "" {
+				t.ID = id
+			}
+			on(t)
+			if settled(t.Status.State) {
+				return nil
+			}
+			if t.Status.State != last.State || !sameMessage(t.Status.Message, last.Message) {
+				delay = pollFirst // something moves: look again soon
+			}
+			last = t.Status
+		}
+		delay = min(delay*3/2, pollMax)
+		timer.Reset(jitter(delay))
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}
+
+func sameMessage(a, b *a2a.Message) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ID == b.ID
+}
+
+// cancel sends tasks/cancel for id and returns the task as the agent
+// reports it.
+func (r *remote) cancel(ctx context.Context, id a2a.TaskID) (*a2a.Task, error) {
+	t, err := r.client.CancelTask(ctx, &a2a.TaskIDParams{ID: id})
+	if err != nil {
+		return nil, classify(r.name, r.peer, err)
+	}
+	return t, nil
+}
+
+// messageText is the text parts of m joined by newlines.
+func messageText(m *a2a.Message) string {
+	if m == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range m.Parts {
+		if tp, ok := p.(a2a.TextPart); ok {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(tp.Text)
+		}
+	}
+	return b.String()
+}
+
+// artifactTracker follows the artifacts of one remote task across Task
+// snapshots (polling, the first stream event) and artifact-update events,
+// so each part is reported once: onNew for an artifact seen first, onAppend
+// for parts added to one already reported.
+type artifactTracker struct {
+	parts map[a2a.ArtifactID]int // parts reported per artifact
+}
+
+func (at *artifactTracker) seen(id a2a.ArtifactID) bool {
+	_, ok := at.parts[id]
+	return ok
+}
+
+// snapshot reports what t's artifacts add to what was reported.
+func (at *artifactTracker) snapshot(t *a2a.Task, onNew func(*a2a.Artifact), onAppend func(a *a2a.Artifact, parts a2a.ContentParts)) {
+	if at.parts == nil {
+		at.parts = make(map[a2a.ArtifactID]int)
+	}
+	for _, a := range t.Artifacts {
+		if a == nil {
+			continue
+		}
+		n, ok := at.parts[a.ID]
+		switch {
+		case !ok:
+			at.parts[a.ID] = len(a.Parts)
+			onNew(a)
+		case len(a.Parts) > n:
+			at.parts[a.ID] = len(a.Parts)
+			onAppend(a, a.Parts[n:])
+		}
+	}
+}
+
+// update reports one artifact-update event (A2A 0.3.0 §7.2.2: append
+// concatenates onto the artifact with the same id; otherwise the artifact
+// is new, or replaced, which is reported as new).
+func (at *artifactTracker) update(ev *a2a.TaskArtifactUpdateEvent, onNew func(*a2a.Artifact), onAppend func(a *a2a.Artifact, parts a2a.ContentParts)) {
+	if at.parts == nil {
+		at.parts = make(map[a2a.ArtifactID]int)
+	}
+	a := ev.Artifact
+	if a == nil {
+		return
+	}
+	if ev.Append && at.seen(a.ID) {
+		at.parts[a.ID] += len(a.Parts)
+		onAppend(a, a.Parts)
+		return
+	}
+	at.parts[a.ID] = len(a.Parts)
+	onNew(a)
+}
