@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shirou/gopsutil/v3/cpu"
@@ -28,6 +29,9 @@ type hostFacts struct {
 	cpuCount                                      int    // logical CPUs
 	cpuModel                                      string
 	batteries                                     []string // sysfs directories of system batteries
+
+	mu   sync.Mutex
+	last *sample // guarded by mu
 }
 
 func gatherFacts(info host.InfoStat, osEnv, powerDir string, log *slog.Logger) *hostFacts {
@@ -104,7 +108,9 @@ type Battery struct {
 	Status  string `json:"status,omitempty"`  // Charging, Discharging, Full, Not charging, Unknown
 }
 
-// DeviceInfo is the result of device.info.
+// DeviceInfo is the result of device.info. Memory and battery figures are
+// sampled at most once a second (sampleTTL); the rest is read per call or
+// fixed since start.
 type DeviceInfo struct {
 	Hostname         string    `json:"hostname"`
 	OS               string    `json:"os"`             // OS environment string
@@ -167,9 +173,23 @@ func deviceInfoCapability(f *hostFacts) *capability {
 	}
 }
 
-// read fills a DeviceInfo: the cached facts plus the values that change,
-// which are cheap to read (uptime from the cached boot time, one
-// /proc/meminfo parse, two small sysfs files per battery).
+// sampleTTL is how long a sample of the changing values (memory,
+// batteries) is reused. Reading /proc/meminfo costs ~30 µs of kernel time,
+// as much as a whole loopback HTTP round trip, and an ACPI battery read can
+// take milliseconds; device.info sits on the A2A hot path, so at most one
+// sample a second is taken, and a call sees values at most that old.
+const sampleTTL = time.Second
+
+// sample is one reading of the values that change.
+type sample struct {
+	taken     time.Time
+	memTotal  uint64
+	memUsed   uint64
+	batteries []Battery
+}
+
+// read fills a DeviceInfo: the cached facts, the uptime from the cached boot
+// time, and a sample of memory and batteries no older than sampleTTL.
 func (f *hostFacts) read(ctx context.Context) (DeviceInfo, error) {
 	d := DeviceInfo{
 		Hostname:      f.hostname,
@@ -184,19 +204,35 @@ func (f *hostFacts) read(ctx context.Context) (DeviceInfo, error) {
 	if now := uint64(time.Now().Unix()); f.bootTime > 0 && now > f.bootTime {
 		d.UptimeS = now - f.bootTime
 	}
+	s, err := f.currentSample(ctx)
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	d.MemoryTotalBytes, d.MemoryUsedBytes = s.memTotal, s.memUsed
+	d.Batteries = s.batteries // shared, never modified after the sample is taken
+	return d, nil
+}
+
+func (f *hostFacts) currentSample(ctx context.Context) (*sample, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last != nil && time.Since(f.last.taken) < sampleTTL {
+		return f.last, nil
+	}
 	vm, err := mem.VirtualMemoryWithContext(ctx)
 	if err != nil {
-		return DeviceInfo{}, fmt.Errorf("device.info: memory: %w", err)
+		return nil, fmt.Errorf("device.info: memory: %w", err)
 	}
-	d.MemoryTotalBytes, d.MemoryUsedBytes = vm.Total, vm.Used
+	s := &sample{taken: time.Now(), memTotal: vm.Total, memUsed: vm.Used}
 	for _, dir := range f.batteries {
 		b := Battery{Name: filepath.Base(dir), Status: readSysfs(filepath.Join(dir, "status"))}
 		if n, err := strconv.Atoi(readSysfs(filepath.Join(dir, "capacity"))); err == nil && n >= 0 && n <= 100 {
 			b.Percent = &n
 		}
-		d.Batteries = append(d.Batteries, b)
+		s.batteries = append(s.batteries, b)
 	}
-	return d, nil
+	f.last = s
+	return s, nil
 }
 
 func (d DeviceInfo) summary() string {

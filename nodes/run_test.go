@@ -233,17 +233,6 @@ func pidGone(pid int) bool {
 	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
 }
 
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestRunCancelKillsProcessGroup starts a shell that starts a background
 // sleep, cancels the call, and checks Invoke returns at once and both
 // processes are gone.
