@@ -377,7 +377,7 @@ func (u *uiProc) pairWindow() *uiWin {
 					return func() {
 						if decided == a.ID {
 							decided = ""
-							v.paired(a.Peer)
+							v.paired(a, g.Scopes)
 						}
 					}
 				}
@@ -424,7 +424,7 @@ func (u *uiProc) pairWindow() *uiWin {
 		Close: func() { uw.w.Close() },
 	})
 	uw.w = u.newWindow(titlePair, v.root)
-	uw.w.Resize(fyne.NewSize(500, 640))
+	uw.w.Resize(fyne.NewSize(500, 600))
 	uw.tick = v.tick
 	uw.claimID = func() string {
 		if v.state == pairClaim {

@@ -57,14 +57,16 @@ type pairView struct {
 	// claim state
 	claimTitle *widget.Label
 	claimFrom  *widget.Label
-	sas        *widget.Label
+	sas        *canvas.Text
 	scopes     *widget.CheckGroup
 	approve    *widget.Button
 	deny       *widget.Button
 	claimBody  fyne.CanvasObject
 	// done / failed / loading
-	message  *widget.Label
-	msgBody  fyne.CanvasObject
+	message   *widget.Label
+	msgIcon   *widget.Icon
+	msgDetail *widget.Label
+	msgBody   fyne.CanvasObject
 	again    *widget.Button
 	closeBtn *widget.Button
 
@@ -113,9 +115,7 @@ func newPairView(cb pairCallbacks) *pairView {
 
 	v.claimTitle = heading("")
 	v.claimFrom = wrapLabel("")
-	v.sas = widget.NewLabel("")
-	v.sas.TextStyle = fyne.TextStyle{Monospace: true, Bold: true}
-	v.sas.SizeName = theme.SizeNameHeadingText
+	v.sas = bigText("", 40)
 	v.scopes = widget.NewCheckGroup(allScopeLabels(), nil)
 	v.approve = widget.NewButtonWithIcon("Approve", theme.ConfirmIcon(), func() {
 		v.approve.Disable()
@@ -145,7 +145,12 @@ func newPairView(cb pairCallbacks) *pairView {
 			v.cb.Close()
 		}
 	})
-	v.msgBody = container.NewVBox(layout.NewSpacer(), v.message,
+	v.msgIcon = widget.NewIcon(theme.ConfirmIcon())
+	v.msgDetail = wrapLabel("")
+	v.msgDetail.Alignment = fyne.TextAlignCenter
+	v.msgBody = container.NewVBox(layout.NewSpacer(),
+		container.NewCenter(container.NewGridWrap(fyne.NewSize(64, 64), v.msgIcon)),
+		v.message, v.msgDetail,
 		container.NewHBox(layout.NewSpacer(), v.closeBtn, v.again, layout.NewSpacer()), layout.NewSpacer())
 
 	v.stack = container.NewStack(v.codeBody, v.claimBody, v.msgBody)
@@ -168,6 +173,8 @@ func (v *pairView) show(o fyne.CanvasObject) {
 func (v *pairView) loading() {
 	v.state = pairLoading
 	v.message.SetText("Making a pairing code…")
+	v.msgIcon.Hide()
+	v.msgDetail.Hide()
 	v.again.Hide()
 	v.closeBtn.Hide()
 	v.show(v.msgBody)
@@ -216,7 +223,9 @@ func (v *pairView) setClaim(a app.Approval) {
 		from += "\n" + via
 	}
 	v.claimFrom.SetText(from)
-	v.sas.SetText(groupSAS(a.SAS))
+	v.sas.Text = groupSAS(a.SAS)
+	v.sas.Color = theme.Color(theme.ColorNameForeground)
+	v.sas.Refresh()
 	v.scopes.SetSelected(scopeLabels(defaultScopes(a.Scopes)))
 	v.approve.Enable()
 	v.deny.Enable()
@@ -232,11 +241,16 @@ func (v *pairView) claimGone() {
 	}
 }
 
-// paired shows the end of a pairing.
-func (v *pairView) paired(name string) {
+// paired shows the end of a pairing: who, and what it may do now.
+func (v *pairView) paired(a app.Approval, granted pairing.Scopes) {
 	v.state = pairDone
-	v.message.SetText("✓ Paired with " + name)
-	v.message.Importance = widget.SuccessImportance
+	v.message.SetText("Paired with " + a.Peer)
+	v.msgIcon.SetResource(theme.NewSuccessThemedResource(theme.ConfirmIcon()))
+	v.msgIcon.Show()
+	who := fromText(a)
+	v.msgDetail.SetText(who + "\nIt may now: " + scopesText(granted) + ".\nPause, revoke or change it any time in Devices… (tray menu).")
+	v.msgDetail.Show()
+	v.again.SetText("Pair another device")
 	v.again.Show()
 	v.closeBtn.Show()
 	v.show(v.msgBody)
@@ -246,7 +260,9 @@ func (v *pairView) paired(name string) {
 func (v *pairView) failed(msg string) {
 	v.state = pairFailed
 	v.message.SetText(msg)
-	v.message.Importance = widget.MediumImportance
+	v.msgIcon.SetResource(theme.NewWarningThemedResource(theme.WarningIcon()))
+	v.msgIcon.Show()
+	v.msgDetail.Hide()
 	v.again.SetText("New code")
 	v.again.Show()
 	v.closeBtn.Show()

@@ -1,0 +1,304 @@
+//go:build linux
+
+package tray
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/app"
+	"meshtray/app/apptest"
+)
+
+// cli runs `meshtray args... --state-dir DIR` (this binary, tray wired in)
+// with env; wrap is an argv prefix (ip netns exec NS).
+func cli(t *testing.T, env, wrap []string, dir string, args ...string) string {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), os.Args[0]), append(args, "--state-dir", dir)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("meshtray %v: %v\n%s%s", args, err, out, stderr)
+	}
+	return string(out)
+}
+
+// TestPopupApprovesDelegation is issue 6 §5 "windows under Xvfb": a real
+// delegation from the official a2a-go client makes the tray start the UI
+// process, whose popup is screenshotted, checked, and approved through its
+// Approve button (an X pointer click); the task then completes.
+func TestPopupApprovesDelegation(t *testing.T) {
+	d := startDesktop(t, true)
+	dir := t.TempDir()
+	p := startTrayCmd(t, d.env(), dir, nil)
+	c := p.client(t)
+	d.Watcher.waitItem(t, 20*time.Second)
+	cli(t, d.env(), nil, dir, "a2a", "on")
+	token := strings.TrimSpace(cli(t, d.env(), nil, dir, "grant", "create", "--name", "Alice's phone", "--scope", "agent"))
+
+	client := apptest.A2AClient(t, c.BaseURL(), token)
+	type result struct {
+		res a2a.SendMessageResult
+		err error
+	}
+	done := make(chan result, 1)
+	text := "Please run device.info and tell me how much memory this laptop has free right now. " +
+		"This message is long on purpose, to check that the popup wraps it instead of cutting it off."
+	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: text}, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})
+	go func() {
+		res, err := client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: msg})
+		done <- result{res, err}
+	}()
+
+	win, seen := waitWindow(t, d, "Approval needed", 30*time.Second)
+	var as []app.Approval
+	if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
+		t.Fatalf("approvals: %v %+v", err, as)
+	}
+	t.Logf("popup mapped %v after the approval was created", seen.Sub(as[0].Created).Round(time.Millisecond))
+	// Let the first frames settle before the picture.
+	time.Sleep(300 * time.Millisecond)
+	_, img := screenshot(t, d, win, "popup-delegation")
+	checkNotBlank(t, img, "the approval popup")
+	x, y := primaryButton(t, img, "the approval popup")
+	clickAt(t, d, win, x, y)
+
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("message/send did not return after Approve was clicked")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	task, ok := res.res.(*a2a.Task)
+	if !ok || task.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("result %#v, want a completed task", res.res)
+	}
+	if len(task.Artifacts) == 0 {
+		t.Fatal("completed without the device.info artifact")
+	}
+	// Decided: the popup closes, and with it the UI process.
+	waitNoWindow(t, d, "Approval needed", 10*time.Second)
+}
+
+// TestPopupClosesWhenDecidedElsewhere: a decision made in the CLI closes
+// the popup's entry; with nothing left the popup closes (issue 6 §2).
+func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
+	d := startDesktop(t, true)
+	dir := t.TempDir()
+	p := startTrayCmd(t, d.env(), dir, nil)
+	c := p.client(t)
+	cli(t, d.env(), nil, dir, "a2a", "on")
+	token := strings.TrimSpace(cli(t, d.env(), nil, dir, "grant", "create", "--name", "agent-x", "--scope", "agent"))
+	client := apptest.A2AClient(t, c.BaseURL(), token)
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})})
+		done <- err
+	}()
+	waitWindow(t, d, "Approval needed", 30*time.Second)
+	var as []app.Approval
+	if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
+		t.Fatalf("approvals: %v %+v", err, as)
+	}
+	cli(t, d.env(), nil, dir, "deny", as[0].ID)
+	waitNoWindow(t, d, "Approval needed", 10*time.Second)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("message/send did not return after the denial")
+	}
+}
+
+// netns is a network namespace made for one test, with loopback up and a
+// veth pair inside it (10.213.0.1/24 and .2) standing for a LAN: every
+// packet of the test stays inside it.
+func netns(t *testing.T) []string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root (CI runs as root)")
+	}
+	need(t, "ip", "iproute2")
+	b := make([]byte, 4)
+	rand.Read(b)
+	ns := "mttray-" + hex.EncodeToString(b)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", args, err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ip("-n", ns, "link", "set", "lo", "up")
+	ip("-n", ns, "link", "add", "lan0", "type", "veth", "peer", "name", "lan1")
+	ip("-n", ns, "addr", "add", "10.213.0.1/24", "dev", "lan0")
+	ip("-n", ns, "addr", "add", "10.213.0.2/24", "dev", "lan1")
+	ip("-n", ns, "link", "set", "lan0", "up")
+	ip("-n", ns, "link", "set", "lan1", "up")
+	return []string{"ip", "netns", "exec", ns}
+}
+
+// TestPairingWindow is issue 6 §3 and §5 for pairing: "Pair a device…"
+// from the tray menu opens the pairing window in the UI process; its QR
+// code (decoded from the screenshot, as a phone's camera would) carries
+// the LAN pairing URL; a second meshtray joins with it; the window shows
+// the claim and its SAS, is approved through its button, and says
+// "Paired with". Everything runs in a network namespace of its own, since
+// the LAN listener and mDNS must not touch the machine's interfaces.
+func TestPairingWindow(t *testing.T) {
+	wrap := netns(t)
+	need(t, "zbarimg", "zbar-tools")
+	d := startDesktop(t, true)
+	dir := t.TempDir()
+	p := startTrayCmd(t, d.env(), dir, wrap)
+	it := d.Watcher.waitItem(t, 30*time.Second)
+	cli(t, d.env(), wrap, dir, "lan", "on")
+
+	d.Watcher.clickLabel(t, it, labelPair)
+	win, _ := waitWindow(t, d, "Pair a device", 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	shot, img := screenshot(t, d, win, "pair-1-code")
+	checkNotBlank(t, img, "the pairing window")
+	out, err := exec.Command("zbarimg", "--raw", "-q", shot).Output()
+	if err != nil {
+		t.Fatalf("no QR code readable in the pairing window: %v", err)
+	}
+	url := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(url, "https://10.213.0.") || !strings.Contains(url, "/pair#c=") || !strings.Contains(url, "&fp=") {
+		t.Fatalf("QR code holds %q, want the LAN pairing URL", url)
+	}
+
+	// A second meshtray (headless, same namespace) claims the code.
+	bdir := t.TempDir()
+	startServe(t, wrap, bdir, "node-b")
+	joined := make(chan string, 1)
+	go func() {
+		argv := append(append([]string{}, wrap...), os.Args[0], "pair", "--join", url, "--give", "none", "--json", "--state-dir", bdir)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = (*desktop)(nil).env()
+		o, err := cmd.CombinedOutput()
+		if err != nil {
+			joined <- "error: " + err.Error() + "\n" + string(o)
+			return
+		}
+		joined <- string(o)
+	}()
+
+	// The claim shows in the pairing window (not in a second popup).
+	deadline := time.Now().Add(30 * time.Second)
+	var as []app.Approval
+	for len(as) == 0 {
+		select {
+		case out := <-joined:
+			t.Fatalf("the join ended before the owner decided: %s", out)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if err := json.Unmarshal([]byte(cli(t, d.env(), wrap, dir, "approvals", "--json")), &as); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no pairing request reached the node")
+		}
+	}
+	if len(as) != 1 || as[0].Kind != app.KindPairing || as[0].Peer != "node-b" {
+		t.Fatalf("approvals: %+v", as)
+	}
+	for {
+		time.Sleep(200 * time.Millisecond)
+		shot, _ := screenshot(t, d, win, "pair-2-claim")
+		if qr, _ := exec.Command("zbarimg", "--raw", "-q", shot).Output(); len(qr) == 0 {
+			break // the QR code gave way to the claim
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pairing window did not show the claim")
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, img = screenshot(t, d, win, "pair-2-claim")
+	checkNotBlank(t, img, "the claim")
+	x, y := primaryButton(t, img, "the claim's Approve")
+	clickAt(t, d, win, x, y)
+
+	select {
+	case out := <-joined:
+		if strings.HasPrefix(out, "error:") {
+			t.Fatalf("join failed: %s", out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the join did not finish after Approve")
+	}
+	var devs app.Devices
+	if err := json.Unmarshal([]byte(cli(t, d.env(), wrap, dir, "devices", "--json")), &devs); err != nil {
+		t.Fatal(err)
+	}
+	if len(devs.Issued) != 1 || devs.Issued[0].Name != "node-b" {
+		t.Fatalf("issued grants after pairing: %+v", devs.Issued)
+	}
+	// "Paired with <name>": the window changes once more.
+	time.Sleep(700 * time.Millisecond)
+	_, img = screenshot(t, d, win, "pair-3-paired")
+	checkNotBlank(t, img, "the paired message")
+	if len(visibleWindowsNamed(d, "Approval needed")) != 0 {
+		t.Error("a separate approval popup opened for the pairing the pairing window showed")
+	}
+	p.stop()
+}
+
+// startServe runs `meshtray serve` (headless) in wrap's namespace.
+func startServe(t *testing.T, wrap []string, dir, name string) {
+	t.Helper()
+	argv := append(append([]string{}, wrap...), os.Args[0], "serve", "--state-dir", dir, "--port", "0",
+		"--keychain", "file", "--name", name, "--log-level", "debug")
+	p := &trayProc{StateDir: dir, done: make(chan struct{})}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.Env = (*desktop)(nil).env()
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("%s logs:\n%s", name, p.Logs())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(dir + "/daemon.json"); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not start:\n%s", name, p.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func visibleWindowsNamed(d *desktop, title string) []string {
+	out, _ := xcmd(d, "xdotool", "search", "--onlyvisible", "--name", title).Output()
+	return strings.Fields(string(out))
+}
