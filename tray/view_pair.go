@@ -67,8 +67,8 @@ type pairView struct {
 	msgIcon   *widget.Icon
 	msgDetail *widget.Label
 	msgBody   fyne.CanvasObject
-	again    *widget.Button
-	closeBtn *widget.Button
+	again     *widget.Button
+	closeBtn  *widget.Button
 
 	stack *fyne.Container
 	root  fyne.CanvasObject
