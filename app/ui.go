@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -214,3 +215,6 @@ func fetchManifest(ctx context.Context, hc *http.Client, base string) (nodes.Man
 	}
 	return m, nil
 }
+
+// Logger is the node's logger; the tray logs through children of it.
+func (n *Node) Logger() *slog.Logger { return n.log }
