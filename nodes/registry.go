@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -374,18 +376,37 @@ const maxSummary = 200
 
 // Summarize is the one line shown to the owner for a call:
 // `system.run {"argv":["uname","-a"]}`, or just the name when there are no
-// params. Params are compacted and cut to 200 characters with "…".
+// params. Params are compacted and cut to 200 characters with "…"; runes
+// that are not printable (unicode.IsPrint: format characters such as the
+// bidirectional overrides U+202E, invisible separators) are shown as \uXXXX
+// escapes, so the owner sees what will run, not what it was made to look
+// like.
 func Summarize(name string, params json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Compact(&b, params); err != nil || b.Len() == 0 || b.String() == "{}" || b.String() == "null" {
 		return name
 	}
-	s := name + " " + b.String()
+	s := name + " " + escapeInvisible(b.String())
 	if utf8.RuneCountInString(s) > maxSummary {
 		rs := []rune(s)
 		s = string(rs[:maxSummary-1]) + "…"
 	}
 	return s
+}
+
+func escapeInvisible(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r > 0xFFFF:
+			fmt.Fprintf(&b, "\\U%08X", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		}
+	}
+	return b.String()
 }
 
 func callerName(p *pairing.Principal) string {

@@ -209,6 +209,8 @@ func TestSummarize(t *testing.T) {
 		{`{}`, "system.run"},
 		{`null`, "system.run"},
 		{`{ "argv" : ["uname", "-a"] }`, `system.run {"argv":["uname","-a"]}`},
+		{`{"argv":["ls","` + "\u202e" + `gpj.exe"]}`, `system.run {"argv":["ls","\u202Egpj.exe"]}`},
+		{`{"argv":["ls","a\u200bb","` + "\U000E0041" + `"]}`, `system.run {"argv":["ls","a\u200bb","\U000E0041"]}`},
 		{`{"argv":["` + strings.Repeat("é", 300) + `"]}`, `system.run {"argv":["` + strings.Repeat("é", 200-len(`system.run {"argv":["`)-1) + "…"},
 	}
 	for _, tt := range tests {
