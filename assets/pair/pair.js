@@ -239,6 +239,7 @@
   // problem shows a final state with one way out.
   function problem({ title, text, hint = "", action, onAction, tone = "bad", icon = "!" }) {
     clearBanner();
+    $("tagline").textContent = "Pair this phone";
     $("problem-card").className = "card problem " + tone;
     $("problem-icon").textContent = icon;
     $("problem-title").textContent = title;
@@ -603,7 +604,7 @@
       forgetGrant();
       problem({
         title: "No longer paired",
-        text: iss.name + " no longer accepts this phone: its owner removed it, or paired it again elsewhere. This phone forgot its access key.",
+        text: iss.name + " no longer accepts this phone: its owner removed it from the paired devices. This phone forgot its access key.",
         hint: "To use it again, start pairing on the computer and scan the new QR code.",
         action: "Pair again",
         onAction: again,
@@ -706,7 +707,8 @@
         tags.appendChild(t);
       };
       if (c.effects) tag(c.effects);
-      if (c.approval) tag(c.approval === "ask" ? "ask first" : c.approval);
+      if (c.approval === "ask") tag("ask first");
+      if (c.approval === "deny") tag("blocked", "off");
       if (!c.available) tag("unavailable" + (c.reason ? ": " + clip(c.reason, 120) : ""), "off");
       li.append(n, d, tags);
       list.appendChild(li);
@@ -720,12 +722,18 @@
 
   // setCapButtons enables the send buttons whose capability can run.
   function setCapButtons() {
+    const notes = [];
     for (const btn of [$("notify-btn"), $("clip-btn")]) {
       const c = capability(btn.dataset.cap);
-      const ok = !!c && c.available;
+      const ok = !!c && c.available && c.approval !== "deny";
       btn.disabled = !ok;
-      btn.title = ok ? "" : c ? "Unavailable: " + (c.reason || "not on this computer") : "Not offered by this computer";
+      if (!ok && st.manifest) {
+        const what = btn.dataset.cap === "clipboard.write" ? "Clipboard" : "Notifications";
+        notes.push(what + ": " + (!c ? "not offered by this computer" : c.approval === "deny" ? "blocked by its owner" : "unavailable, " + (c.reason || "not on this computer")) + ".");
+      }
     }
+    $("send-note").textContent = notes.join(" ");
+    $("send-note").hidden = notes.length === 0;
   }
 
   async function invoke(capName, params, doneText) {
@@ -733,8 +741,14 @@
     const out = $("send-result");
     const c = capability(capName);
     const asks = c && c.approval === "ask";
+    const waitText = "Waiting for the owner of " + iss.name + " to approve it there…";
     out.className = "result wait";
-    out.textContent = asks ? "Waiting for the owner of " + iss.name + " to approve…" : "Sending…";
+    out.textContent = asks ? waitText : "Sending…";
+    // The phone's own grant may ask the owner too (its policy is not in
+    // the manifest): a call that takes a moment is waiting for them.
+    const slow = setTimeout(() => {
+      if (out.classList.contains("wait")) out.textContent = waitText;
+    }, 1500);
     for (const b of [$("notify-btn"), $("clip-btn")]) b.disabled = true;
     try {
       const resp = await authed("POST", "/nodes/invoke", { capability: capName, params });
@@ -770,6 +784,7 @@
           out.textContent = "Failed (" + resp.status + "): " + clip(why, 200);
       }
     } finally {
+      clearTimeout(slow);
       setCapButtons();
     }
   }
@@ -828,6 +843,7 @@
   function resetTask() {
     st.task = null;
     $("task").hidden = true;
+    $("task-ask").textContent = "";
     $("task-steps").textContent = "";
     $("task-msg").textContent = "";
     $("task-artifacts").textContent = "";
@@ -860,7 +876,13 @@
     badge.textContent = label;
     badge.className = "badge " + (TONE[state] || "");
     badge.dataset.state = state;
-    if (text) $("task-msg").textContent = text;
+    // The approval note is the step itself; a result the artifacts show
+    // already is not repeated.
+    if (text && !(state === "submitted" && /approv/i.test(text)) && !artifactTexts().includes(text)) {
+      $("task-msg").textContent = text;
+    } else if (TERMINAL.has(state)) {
+      $("task-msg").textContent = ""; // "running …" is over
+    }
     t.state = state;
     if (state === "input-required") {
       $("a2a-label").textContent = "Your answer";
@@ -871,6 +893,10 @@
       $("a2a-btn").textContent = "Send";
       $("a2a-new").hidden = true;
     }
+  }
+
+  function artifactTexts() {
+    return [...document.querySelectorAll("#task-artifacts .artifact > p")].map((p) => p.textContent);
   }
 
   function addArtifact(a, append) {
@@ -889,8 +915,11 @@
     } else if (!append) {
       while (el.children.length > 1) el.lastElementChild.remove();
     }
-    for (const p of a.parts || []) {
-      if (!p) continue;
+    // The summary (text) before the data it sums up.
+    const parts = (a.parts || []).filter(Boolean);
+    parts.sort((x, y) => (x.kind === "text" ? 0 : 1) - (y.kind === "text" ? 0 : 1));
+    for (const p of parts) {
+      if (p.kind === "text" && $("task-msg").textContent === p.text) $("task-msg").textContent = "";
       if (p.kind === "text") {
         const para = document.createElement("p");
         para.textContent = p.text;
@@ -968,6 +997,7 @@
       st.task = { id: "", contextId: "", state: "" };
     }
     $("task").hidden = false;
+    $("task-ask").textContent = text;
     const stream = typeof ReadableStream !== "undefined" && typeof TextDecoder !== "undefined";
     const req = { jsonrpc: "2.0", id: ++st.rpcID, method: stream ? "message/stream" : "message/send", params: { message: msg } };
     const btn = $("a2a-btn");
