@@ -50,6 +50,7 @@ type Node struct {
 	auth         *pairing.Auth
 	pairer       *pairing.Pairer
 	registry     *nodes.Registry
+	deleg        *delegation // agents, outbound view, forward executor (agents.go)
 	agent        *agent.Server
 	disc         *mesh.Discovery
 	listeners    *listenerSet
@@ -177,11 +178,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Approver: capabilityApprover{n},
 		Logger:   n.log.With("pkg", "nodes"),
 	})
+	exec, err := n.startDelegation()
+	if err != nil {
+		return err
+	}
 	n.agent = agent.NewServer(agent.Options{
 		DeviceName:           cfg.Name,
 		OSEnvironment:        n.osEnv,
 		Version:              Version,
-		Executor:             agent.NewNodeExecutor(n.registry, n.log.With("pkg", "a2a")),
+		Executor:             exec,
 		Approver:             taskApprover{n},
 		Manifest:             n.registry,
 		MaxTasks:             cfg.A2A.MaxTasks,
@@ -189,6 +194,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Logger:               n.log.With("pkg", "a2a"),
 	})
 	n.agent.SetPublished(settings.A2AEnabled)
+	n.attachDelegation()
 
 	n.disc = mesh.New(mesh.Options{
 		Self:   n.hello,
@@ -323,19 +329,24 @@ func (n *Node) selfURL() string {
 	return ""
 }
 
-// watchDiscovery follows address and peer-table changes: it keeps the
-// remote HTTPS listeners on the wanted addresses and tells subscribers.
+// watchDiscovery follows address, tailnet and peer-table changes: it keeps
+// the remote HTTPS listeners on the wanted addresses and tells subscribers.
 func (n *Node) watchDiscovery(ctx context.Context) {
-	ch, stop := n.disc.Subscribe()
-	defer stop()
+	addrs, stopAddrs := n.disc.Subscribe()
+	defer stopAddrs()
+	peers, stopPeers := n.disc.Table().Subscribe()
+	defer stopPeers()
+	n.reconcileListeners()
 	for {
-		n.reconcileListeners()
-		n.events.Publish(EventPeers)
-		n.events.Publish(EventStatus)
 		select {
 		case <-ctx.Done():
 			return
-		case <-ch:
+		case <-addrs:
+			n.reconcileListeners()
+			n.events.Publish(EventStatus)
+		case <-peers:
+			n.events.Publish(EventPeers)
+			n.events.Publish(EventStatus) // the online count
 		}
 	}
 }
@@ -398,6 +409,7 @@ func (n *Node) Close() error {
 				errs = append(errs, fmt.Errorf("a2a: %w", err))
 			}
 		}
+		n.closeDelegation()
 		n.approvals.Close()
 		if n.pairer != nil {
 			n.pairer.Close()
