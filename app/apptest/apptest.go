@@ -62,6 +62,7 @@ type Options struct {
 	// StateDir; default a fresh t.TempDir().
 	StateDir string
 	// Keychain is "os" (the private Secret Service) or "file"; default os.
+	// "config" passes no --keychain flag (the config file decides).
 	Keychain string
 	// Name is the device name; default "node".
 	Name string
@@ -115,8 +116,11 @@ func StartNode(t testing.TB, o Options) *Node {
 			t.Fatal(err)
 		}
 	}
-	args := append([]string{"serve", "--state-dir", o.StateDir, "--port", "0",
-		"--keychain", o.Keychain, "--name", o.Name, "--log-level", "debug"}, o.Args...)
+	args := []string{"serve", "--state-dir", o.StateDir, "--port", "0", "--name", o.Name, "--log-level", "debug"}
+	if o.Keychain != "config" {
+		args = append(args, "--keychain", o.Keychain)
+	}
+	args = append(args, o.Args...)
 	n := &Node{StateDir: o.StateDir, t: t, done: make(chan struct{})}
 	n.Cmd = Command(context.Background(), o.Env, args...)
 	n.Cmd.Stdout = syncWriter{n}
