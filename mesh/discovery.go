@@ -255,7 +255,8 @@ func (d *Discovery) Close() error {
 }
 
 // SetLAN switches "reachable on local network": on, the device advertises
-// and browses mDNS; off (the default), it sends a goodbye and stops both.
+// and browses mDNS; off (the default), it sends a goodbye, stops both and
+// forgets its mDNS sightings (rows seen otherwise stay).
 func (d *Discovery) SetLAN(on bool) {
 	d.mu.Lock()
 	changed := d.lan != on
@@ -264,6 +265,9 @@ func (d *Discovery) SetLAN(on bool) {
 		d.notifyLocked()
 	}
 	d.mu.Unlock()
+	if !on {
+		d.table.dropSource(SourceMDNS)
+	}
 	d.kick(d.kickMDNS)
 }
 

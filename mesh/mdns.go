@@ -134,8 +134,19 @@ func (d *Discovery) mdnsLoop(ctx context.Context) {
 		brKey  string
 		burst  int
 		timer  = time.NewTimer(time.Hour)
+		retry  = time.NewTimer(time.Hour) // after a failed Register or browse
+		failed bool                       // logged once until it works again
 	)
 	timer.Stop()
+	retry.Stop()
+	defer retry.Stop()
+	fail := func(what string, err error) {
+		if !failed {
+			d.log.Warn("mDNS "+what, "err", err)
+		}
+		failed = true
+		retry.Reset(mdnsRetry)
+	}
 	stopAll := func() {
 		if srv != nil {
 			srv.Shutdown() // goodbye (TTL 0)
@@ -171,14 +182,16 @@ func (d *Discovery) mdnsLoop(ctx context.Context) {
 				s, err := zeroconf.RegisterProxy(instanceName(self), ServiceType, "local.", d.opts.Port,
 					"mt-"+strings.ToLower(short(self.ID)), addrStrings(lanAddrs), txt, ifaces)
 				if err != nil {
-					d.log.Warn("mDNS register", "err", err)
+					fail("register", err)
 				} else {
 					srv, srvKey = s, key
 					d.log.Debug("mDNS registered", "ifaces", ifKey, "a2a", self.A2A)
 				}
 			}
 			if br == nil || brKey != ifKey {
-				if nb := d.startBrowse(ctx, ifaces); nb != nil {
+				if nb, err := d.startBrowse(ctx, ifaces); err != nil {
+					fail("browse", err)
+				} else {
 					if br != nil {
 						br.stop()
 					}
@@ -187,16 +200,22 @@ func (d *Discovery) mdnsLoop(ctx context.Context) {
 					timer.Reset(time.Second)
 				}
 			}
+			if srv != nil && br != nil {
+				failed = false
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-d.kickMDNS:
+		case <-retry.C:
 		case <-timer.C:
 			if br == nil {
 				continue
 			}
-			if nb := d.startBrowse(ctx, ifaces); nb != nil {
+			if nb, err := d.startBrowse(ctx, ifaces); err != nil {
+				fail("browse", err)
+			} else {
 				br.stop()
 				br = nb
 			}
@@ -238,14 +257,16 @@ func (b *browse) stop() {
 	<-b.done
 }
 
+// mdnsRetry is the pause before retrying a failed Register or browse.
+const mdnsRetry = 5 * time.Second
+
 // startBrowse starts a fresh Resolver on ifaces (IPv4 and IPv6, or IPv4
-// alone where IPv6 is unavailable); nil when none could start.
-func (d *Discovery) startBrowse(ctx context.Context, ifaces []net.Interface) *browse {
+// alone where IPv6 is unavailable).
+func (d *Discovery) startBrowse(ctx context.Context, ifaces []net.Interface) (*browse, error) {
 	r, err := zeroconf.NewResolver(zeroconf.SelectIfaces(ifaces))
 	if err != nil {
 		if r, err = zeroconf.NewResolver(zeroconf.SelectIfaces(ifaces), zeroconf.SelectIPTraffic(zeroconf.IPv4)); err != nil {
-			d.log.Warn("mDNS browse", "err", err)
-			return nil
+			return nil, err
 		}
 	}
 	bctx, cancel := context.WithCancel(ctx)
@@ -260,11 +281,10 @@ func (d *Discovery) startBrowse(ctx context.Context, ifaces []net.Interface) *br
 		}
 	}()
 	if err := r.Browse(bctx, ServiceType, "local.", entries); err != nil {
-		d.log.Warn("mDNS browse", "err", err)
 		b.stop()
-		return nil
+		return nil, err
 	}
-	return b
+	return b, nil
 }
 
 // onEntry handles one mDNS sighting: ignore our own; refresh a known,
@@ -307,6 +327,9 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 		if h.ID != txt.id {
 			d.log.Debug("mDNS peer id differs from its hello", "peer", short(txt.id))
 			return
+		}
+		if !d.LAN() {
+			return // switched off while probing
 		}
 		if err := d.table.upsert(h, SourceMDNS, "https", addrs, expiry, ""); err != nil {
 			d.log.Debug("mDNS peer", "peer", short(h.ID), "err", err)

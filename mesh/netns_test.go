@@ -531,7 +531,7 @@ func TestMDNSNamespaces(t *testing.T) {
 		for _, n := range []*node{nodes[0], nodes[2]} {
 			n.wait(netnsTiming.MDNSExpiry+3*time.Second, "bravo withdrawn", gone(n, ids[1]))
 		}
-		nodes[1].wait(netnsTiming.MDNSExpiry+3*time.Second, "bravo's table emptied",
+		nodes[1].wait(2*time.Second, "bravo's table emptied at once",
 			func() bool { return len(nodes[1].snapshot()) == 0 })
 		nodes[1].send(helperCmd{Cmd: "lan", On: true})
 		for _, n := range []*node{nodes[0], nodes[2]} {

@@ -346,6 +346,26 @@ func (t *Table) drop(id string, src Source) bool {
 	return true
 }
 
+// dropSource removes every src sighting, and rows left without a source.
+func (t *Table) dropSource(src Source) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := false
+	for id, r := range t.rows {
+		if r.by[src] == nil {
+			continue
+		}
+		delete(r.by, src)
+		changed = true
+		if len(r.by) == 0 {
+			delete(t.rows, id)
+		}
+	}
+	if changed {
+		t.notifyLocked()
+	}
+}
+
 // expire drops every sighting whose expiry has passed.
 func (t *Table) expire() {
 	now := t.now()
