@@ -381,7 +381,7 @@ type lanView struct {
 	prefixes  []netip.Prefix  // the subnets of every LAN address
 }
 
-// lanInterfaces reads the LAN: addresses on up interfaces that are not
+// lanInterfaces reads the LAN: addresses on up, running interfaces that are not
 // loopback, link-local, multicast or tailnet addresses (tsaddr), on
 // interfaces not named tailscale*. only, if not empty, restricts to those
 // interface names.
@@ -392,8 +392,8 @@ func lanInterfaces(only []string) (lanView, error) {
 	}
 	var v lanView
 	for _, ifi := range all {
-		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagLoopback != 0 {
-			continue
+		if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagRunning == 0 || ifi.Flags&net.FlagLoopback != 0 {
+			continue // down, no carrier (an empty docker bridge), or loopback
 		}
 		if len(only) > 0 && !slices.Contains(only, ifi.Name) {
 			continue
