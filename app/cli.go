@@ -168,7 +168,8 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 
 	root.AddCommand(c.idCommand(), c.statusCommand(), c.a2aCommand(), c.grantCommand(),
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
-		c.lanCommand(), c.pairCommand(), c.peersCommand())
+		c.lanCommand(), c.pairCommand(), c.peersCommand(),
+		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand())
 	if c.opts.UI != nil {
 		root.AddCommand(&cobra.Command{
 			Use:    "ui",

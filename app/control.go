@@ -128,6 +128,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusCreated, p)
 	})
 	local("GET /events", n.serveEvents)
+	n.delegationRoutes(mux)
 	n.uiRoutes(mux)
 }
 

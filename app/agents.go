@@ -1,0 +1,529 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	agent "meshtray/a2a"
+	"meshtray/keychain"
+	"meshtray/pairing"
+)
+
+// Delegating out (issue 4): the agents this device delegates to, the
+// outbound view, and the forward executor, wired into the node.
+
+// EventAgents: the agents list changed (added, removed, enabled, a card
+// verified or not, a peer's grant revoked).
+const EventAgents EventType = "agents"
+
+// Files and keychain keys of this part.
+const (
+	agentsFile      = "agents.json"   // external agents' records (0600, no secrets)
+	forwardTokenKey = "forward/token" // the forward executor's upstream token (ARCHITECTURE.md key table)
+	// maxDelegateBody bounds POST /a2a/outbound and answers: a file of
+	// agent.MaxFileBytes in base64 plus text and data.
+	maxDelegateBody = agent.MaxFileBytes*4/3 + agent.MaxMessageText + 64<<10
+)
+
+// delegation holds the node's outbound pieces; set by Start.
+type delegation struct {
+	agents  *agent.Agents
+	out     *agent.Outbound
+	forward *agent.ForwardExecutor // nil unless a2a.forward.url is set
+}
+
+// startDelegation builds the agent registry, the outbound view and, when
+// cfg.A2A.Forward.URL is set, the forward executor; it returns the executor
+// the A2A server runs approved tasks on (the forward executor, else the
+// node executor).
+func (n *Node) startDelegation() (agent.Executor, error) {
+	d := &delegation{}
+	var err error
+	d.agents, err = agent.NewAgents(agent.AgentsOptions{
+		Path:     filepath.Join(n.cfg.StateDir, agentsFile),
+		Secrets:  n.ks,
+		Peers:    nodePeers{n},
+		OnChange: func() { n.events.Publish(EventAgents) },
+		Logger:   n.log.With("pkg", "a2a"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.out = agent.NewOutbound(agent.OutboundOptions{
+		Agents:   d.agents,
+		OnChange: func() { n.events.Publish(EventTasks) },
+		Logger:   n.log.With("pkg", "a2a"),
+	})
+	n.deleg = d
+	fc := n.cfg.A2A.Forward
+	if fc.URL == "" {
+		return agent.NewNodeExecutor(n.registry, n.log.With("pkg", "a2a")), nil
+	}
+	if fc.Token != "" {
+		n.log.Warn("a2a.forward.token is in the config file in clear; `meshtray forward token` keeps it in the keychain instead")
+	}
+	d.forward, err = agent.NewForwardExecutor(agent.ForwardOptions{
+		URL:    fc.URL,
+		Token:  n.forwardToken,
+		Logger: n.log.With("pkg", "a2a"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("approved A2A tasks are forwarded", "to", fc.URL)
+	return d.forward, nil
+}
+
+// attachDelegation lets the forward executor see the engine's tasks.
+func (n *Node) attachDelegation() {
+	if n.deleg != nil && n.deleg.forward != nil {
+		n.deleg.forward.Attach(n.agent)
+	}
+}
+
+// closeDelegation stops following delegated tasks and forwards the cancel
+// of upstream tasks still waiting; after the A2A server's shutdown.
+func (n *Node) closeDelegation() {
+	d := n.deleg
+	if d == nil {
+		return
+	}
+	if d.forward != nil {
+		d.forward.Close()
+	}
+	if d.out != nil {
+		d.out.Close()
+	}
+	if d.agents != nil {
+		d.agents.Close()
+	}
+}
+
+// forwardToken is the upstream token: the config file's, else the
+// keychain's forward/token, else none.
+func (n *Node) forwardToken() string {
+	if t := n.cfg.A2A.Forward.Token; t != "" {
+		return t
+	}
+	b, err := n.ks.Get(forwardTokenKey)
+	if err != nil {
+		if !errors.Is(err, keychain.ErrNotFound) {
+			n.log.Warn("cannot read the forward token from the keychain", "err", err)
+		}
+		return ""
+	}
+	return string(b)
+}
+
+// nodePeers is the registry's view of paired peers: held grants with scope
+// agent (or full), at the mesh table's current addresses (online sources
+// first), then the address the peer gave when pairing.
+type nodePeers struct{ n *Node }
+
+func (p nodePeers) PeerAgents() []agent.PeerAgent {
+	n := p.n
+	var out []agent.PeerAgent
+	for _, h := range n.grants.ListHeld() {
+		if !h.Scopes.Has(pairing.ScopeAgent) {
+			continue
+		}
+		pa := agent.PeerAgent{DeviceID: h.PeerID, Name: h.Name, OS: h.OS}
+		if n.disc != nil {
+			if peer, ok := n.disc.Table().Get(h.PeerID); ok && peer.Online {
+				for _, src := range peer.Sources {
+					for _, hp := range peer.Addrs[src] {
+						if u := peerBase(hp); u != "" && !slices.Contains(pa.URLs, u) {
+							pa.URLs = append(pa.URLs, u)
+						}
+					}
+				}
+			}
+		}
+		if h.URL != "" && !slices.Contains(pa.URLs, h.URL) {
+			pa.URLs = append(pa.URLs, h.URL)
+		}
+		out = append(out, pa)
+	}
+	return out
+}
+
+func (p nodePeers) PeerTransport(id string) (http.RoundTripper, error) {
+	return p.n.grants.PeerTransport(id)
+}
+
+func (p nodePeers) Subscribe() (<-chan struct{}, func()) { return p.n.grants.Subscribe() }
+
+// peerBase is the base URL of a mesh address: plain http only on loopback
+// (DESIGN.md), https elsewhere.
+func peerBase(hostport string) string {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return ""
+	}
+	if a, err := netip.ParseAddr(host); (err == nil && a.Unmap().IsLoopback()) || host == "localhost" {
+		return "http://" + hostport
+	}
+	return "https://" + hostport
+}
+
+// AgentRequest is POST /a2a/agents.
+type AgentRequest struct {
+	URL   string `json:"url"`
+	Token string `json:"token,omitempty"` // kept in the keychain, never shown again
+}
+
+// AgentUpdate is POST /a2a/agents/{id}.
+type AgentUpdate struct {
+	Action string `json:"action"` // enable | disable | refresh
+}
+
+// DelegateRequest is POST /a2a/outbound: a delegation, followed as NDJSON
+// (agent.OutboundEvent lines) unless Detach.
+type DelegateRequest struct {
+	agent.DelegateRequest
+	Detach bool `json:"detach,omitempty"` // answer the task once the agent took it, without following
+}
+
+// AnswerRequest is POST /a2a/outbound/{id}/answer.
+type AnswerRequest struct {
+	agent.MessageInput
+	Detach bool `json:"detach,omitempty"`
+}
+
+// ForwardView is GET /a2a/forward.
+type ForwardView struct {
+	Configured  bool                 `json:"configured"` // a2a.forward.url is set
+	URL         string               `json:"url,omitempty"`
+	TokenSource string               `json:"token_source"` // config, keychain or none
+	Status      *agent.ForwardStatus `json:"status,omitempty"`
+}
+
+// Agents lists the agents this device delegates to; refresh fetches every
+// card again first.
+func (n *Node) Agents(ctx context.Context, refresh bool) ([]agent.Agent, error) {
+	if refresh {
+		return n.deleg.agents.Refresh(ctx, "")
+	}
+	return n.deleg.agents.List(ctx), nil
+}
+
+// AddAgent adds an external agent by URL (its card is verified first).
+func (n *Node) AddAgent(ctx context.Context, req AgentRequest) (agent.Agent, error) {
+	return n.deleg.agents.Add(ctx, req.URL, req.Token)
+}
+
+// UpdateAgent enables, disables or refreshes an agent.
+func (n *Node) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (agent.Agent, error) {
+	switch u.Action {
+	case "enable", "disable":
+		return n.deleg.agents.SetEnabled(id, u.Action == "enable")
+	case "refresh":
+		as, err := n.deleg.agents.Refresh(ctx, id)
+		if len(as) == 1 {
+			return as[0], err
+		}
+		return agent.Agent{}, err
+	}
+	return agent.Agent{}, badRequest(`action %q: want "enable", "disable" or "refresh"`, u.Action)
+}
+
+// RemoveAgent removes an external agent and its token.
+func (n *Node) RemoveAgent(id string) error { return n.deleg.agents.Remove(id) }
+
+// Outbound lists the delegated tasks, oldest first.
+func (n *Node) Outbound() []agent.OutboundTask { return n.deleg.out.List() }
+
+// OutboundTask returns one delegated task.
+func (n *Node) OutboundTask(id string) (agent.OutboundTask, error) { return n.deleg.out.Get(id) }
+
+// Delegate sends a delegation; see agent.Outbound.Delegate.
+func (n *Node) Delegate(ctx context.Context, req agent.DelegateRequest) (agent.OutboundTask, error) {
+	t, err := n.deleg.out.Delegate(ctx, req)
+	if err == nil {
+		n.log.Info("delegated", "task", t.ID, "agent", t.Agent, "state", t.State)
+	}
+	return t, err
+}
+
+// AnswerOutbound answers a delegated task that asks for input.
+func (n *Node) AnswerOutbound(ctx context.Context, id string, in agent.MessageInput) (agent.OutboundTask, error) {
+	return n.deleg.out.Answer(ctx, id, in)
+}
+
+// CancelOutbound cancels a delegated task at its agent.
+func (n *Node) CancelOutbound(ctx context.Context, id string) (agent.OutboundTask, error) {
+	return n.deleg.out.Cancel(ctx, id)
+}
+
+// Forward reports the forward executor.
+func (n *Node) Forward() ForwardView {
+	v := ForwardView{URL: n.cfg.A2A.Forward.URL, Configured: n.cfg.A2A.Forward.URL != "", TokenSource: "none"}
+	switch {
+	case n.cfg.A2A.Forward.Token != "":
+		v.TokenSource = "config"
+	default:
+		if _, err := n.ks.Get(forwardTokenKey); err == nil {
+			v.TokenSource = "keychain"
+		}
+	}
+	if f := n.deleg.forward; f != nil {
+		st := f.Status()
+		v.Status = &st
+	}
+	return v
+}
+
+// SetForwardToken keeps the forward executor's upstream token in the
+// keychain ("" deletes it); the next forwarded task uses it.
+func (n *Node) SetForwardToken(tok string) error {
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		if err := n.ks.Delete(forwardTokenKey); err != nil && !errors.Is(err, keychain.ErrNotFound) {
+			return err
+		}
+		n.log.Info("forward token removed from the keychain")
+		return nil
+	}
+	if len(tok) > agent.MaxTokenLen || strings.ContainsFunc(tok, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return badRequest("the token must be at most %d visible ASCII characters", agent.MaxTokenLen)
+	}
+	if err := n.ks.Set(forwardTokenKey, []byte(tok)); err != nil {
+		return err
+	}
+	n.log.Info("forward token stored in the keychain")
+	return nil
+}
+
+// agentStatus maps the errors of this part to HTTP statuses.
+func agentStatus(err error) int {
+	switch {
+	case errors.Is(err, agent.ErrInvalidInput):
+		return http.StatusBadRequest
+	case errors.Is(err, agent.ErrAgentUnknown), errors.Is(err, agent.ErrOutboundNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, agent.ErrAgentDisabled), errors.Is(err, agent.ErrCardInvalid),
+		errors.Is(err, agent.ErrCardUnpublished), errors.Is(err, agent.ErrOutboundState):
+		return http.StatusConflict
+	case errors.Is(err, agent.ErrOutboundFull):
+		return http.StatusTooManyRequests
+	case errors.Is(err, agent.ErrAgentUnauthorized), errors.Is(err, agent.ErrAgentUnreachable),
+		errors.Is(err, agent.ErrAgentRefused), errors.Is(err, agent.ErrAgentMalformed),
+		errors.Is(err, pairing.ErrPinMismatch):
+		return http.StatusBadGateway
+	case errors.Is(err, agent.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.Canceled):
+		return 499 // the client went away; nobody reads this
+	}
+	return statusFor(err)
+}
+
+// readBigJSON is readJSON with another bound.
+func readBigJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit))
+			return false
+		}
+		if errors.Is(err, io.EOF) {
+			err = errors.New("empty body: JSON expected")
+		}
+		writeError(w, http.StatusBadRequest, fmt.Errorf("bad JSON body: %w", err))
+		return false
+	}
+	return true
+}
+
+// delegationRoutes mounts this part's local control API (auth.Local: the
+// local owner or scope full):
+//
+//	GET    /a2a/agents[?refresh=1]      -> [agent.Agent]
+//	POST   /a2a/agents                  {url, token?} -> agent.Agent (201)
+//	POST   /a2a/agents/{id}             {action: enable|disable|refresh} -> agent.Agent
+//	DELETE /a2a/agents/{id}             -> 204
+//	GET    /a2a/outbound                -> [agent.OutboundTask]
+//	POST   /a2a/outbound                DelegateRequest -> NDJSON agent.OutboundEvent lines (detach: agent.OutboundTask)
+//	GET    /a2a/outbound/{id}[?watch=1] -> agent.OutboundTask (watch: NDJSON)
+//	POST   /a2a/outbound/{id}/answer    AnswerRequest -> NDJSON (detach: agent.OutboundTask)
+//	POST   /a2a/outbound/{id}/cancel    -> agent.OutboundTask
+//	GET    /a2a/forward                 -> ForwardView
+//	POST   /a2a/forward                 {token} -> 204 (kept in the keychain)
+//	DELETE /a2a/forward                 -> 204 (token removed)
+//	POST   /a2a/forward/check           -> ForwardView (card fetched and verified now)
+func (n *Node) delegationRoutes(mux *http.ServeMux) {
+	local := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, n.auth.Local(h))
+	}
+	fail := func(w http.ResponseWriter, err error) { writeError(w, agentStatus(err), err) }
+
+	local("GET /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
+		as, err := n.Agents(r.Context(), r.URL.Query().Get("refresh") == "1")
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, as)
+	})
+	local("POST /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
+		var req AgentRequest
+		if !readJSON(w, r, &req) {
+			return
+		}
+		a, err := n.AddAgent(r.Context(), req)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, a)
+	})
+	local("POST /a2a/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var u AgentUpdate
+		if !readJSON(w, r, &u) {
+			return
+		}
+		a, err := n.UpdateAgent(r.Context(), r.PathValue("id"), u)
+		if err != nil && a.ID == "" {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, a) // a refresh that failed returns the agent as now marked
+	})
+	local("DELETE /a2a/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.RemoveAgent(r.PathValue("id")); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	local("GET /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Outbound())
+	})
+	local("POST /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
+		var req DelegateRequest
+		if !readBigJSON(w, r, maxDelegateBody, &req) {
+			return
+		}
+		t, err := n.Delegate(r.Context(), req.DelegateRequest)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		if req.Detach {
+			writeJSON(w, http.StatusCreated, t)
+			return
+		}
+		n.serveWatch(w, r, t.ID)
+	})
+	local("GET /a2a/outbound/{id}", func(w http.ResponseWriter, r *http.Request) {
+		t, err := n.OutboundTask(r.PathValue("id"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		if r.URL.Query().Get("watch") == "1" {
+			n.serveWatch(w, r, t.ID)
+			return
+		}
+		writeJSON(w, http.StatusOK, t)
+	})
+	local("POST /a2a/outbound/{id}/answer", func(w http.ResponseWriter, r *http.Request) {
+		var req AnswerRequest
+		if !readBigJSON(w, r, maxDelegateBody, &req) {
+			return
+		}
+		t, err := n.AnswerOutbound(r.Context(), r.PathValue("id"), req.MessageInput)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		if req.Detach {
+			writeJSON(w, http.StatusOK, t)
+			return
+		}
+		n.serveWatch(w, r, t.ID)
+	})
+	local("POST /a2a/outbound/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		t, err := n.CancelOutbound(r.Context(), r.PathValue("id"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, t)
+	})
+	local("GET /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.Forward())
+	})
+	local("POST /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Token string `json:"token"`
+		}
+		if !readJSON(w, r, &req) {
+			return
+		}
+		if strings.TrimSpace(req.Token) == "" {
+			writeError(w, http.StatusBadRequest, errors.New(`body must be {"token": "..."}; DELETE /a2a/forward removes it`))
+			return
+		}
+		if err := n.SetForwardToken(req.Token); err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	local("DELETE /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.SetForwardToken(""); err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	local("POST /a2a/forward/check", func(w http.ResponseWriter, r *http.Request) {
+		if n.deleg.forward == nil {
+			writeError(w, http.StatusConflict, errors.New("no forward agent configured (a2a.forward.url in config.toml)"))
+			return
+		}
+		_, err := n.deleg.forward.Check(r.Context())
+		v := n.Forward()
+		if err != nil {
+			writeError(w, agentStatus(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+// serveWatch streams a delegated task's events as NDJSON until it settles
+// (terminal, waiting for input, contact lost), the client leaves, or the
+// node stops.
+func (n *Node) serveWatch(w http.ResponseWriter, r *http.Request, id string) {
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	err := n.deleg.out.Watch(r.Context(), id, func(ev agent.OutboundEvent) error {
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	})
+	if err != nil && r.Context().Err() == nil {
+		enc.Encode(agent.OutboundEvent{Error: err.Error()})
+	}
+}
