@@ -65,7 +65,9 @@ func (x *a2asrvAgent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q 
 			return err
 		}
 	}
-	say := func(s string) *a2a.Message { return a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: s}) }
+	say := func(s string) *a2a.Message {
+		return a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: s})
+	}
 	status := func(st a2a.TaskState, m *a2a.Message, final bool) error {
 		ev := a2a.NewStatusUpdateEvent(rc, st, m)
 		ev.Final = final
