@@ -300,7 +300,7 @@ func (a *Agents) load() error {
 		return nil
 	}
 	for _, r := range f.Agents {
-		if r == nil || r.ID == "" || r.URL == "" || len(a.ext) >= a.o.MaxAgents {
+		if r == nil || !validAgentID(r.ID) || r.URL == "" || len(a.ext) >= a.o.MaxAgents {
 			continue
 		}
 		a.ext[r.ID] = r
@@ -723,6 +723,20 @@ func (a *Agents) Add(ctx context.Context, rawURL, token string) (Agent, error) {
 	a.log.Info("external agent added", "agent", id, "url", norm, "name", card.Name, "token", token != "")
 	a.changed()
 	return v, nil
+}
+
+// validAgentID reports an id newIDLocked could have made (it is part of a
+// keychain key, agent/<id>).
+func validAgentID(id string) bool {
+	if id == "" || len(id) > 40 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // newIDLocked makes a unique id from a card name: lower-case letters,

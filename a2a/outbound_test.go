@@ -602,7 +602,7 @@ func (p peerSource) PeerAgents() []PeerAgent {
 }
 
 func (p peerSource) PeerTransport(id string) (http.RoundTripper, error) { return p.g.PeerTransport(id) }
-func (p peerSource) Subscribe() (<-chan struct{}, func())                { return p.g.Subscribe() }
+func (p peerSource) Subscribe() (<-chan struct{}, func())               { return p.g.Subscribe() }
 
 // peerB is a meshtray device B: identity, grants, auth middleware and the
 // A2A server on an HTTPS listener presenting cert (B's own, or another
@@ -791,4 +791,42 @@ func TestClassifyTransportErrors(t *testing.T) {
 	}
 	hc2.CloseIdleConnections()
 	stall.CloseClientConnections()
+}
+
+// An agent that echoes our Authorization header in an error body must not
+// get the token into an error (which reaches logs and the terminal); a
+// JSON-RPC -31401 (a2a-go's unauthenticated) counts as a refused token.
+func TestAgentErrorsNeverCarryTheToken(t *testing.T) {
+	t.Parallel()
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "unauth") {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"jsonrpc":"2.0","id":"x","error":{"code":-31401,"message":"unauthenticated"}}`))
+			return
+		}
+		http.Error(w, "forbidden for "+r.Header.Get("Authorization")+" and mt1_abc_DEF-123", http.StatusForbidden)
+	}))
+	t.Cleanup(echo.Close)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		path string
+		kind error
+	}{
+		{"/rpc", ErrAgentRefused},
+		{"/unauth", ErrAgentUnauthorized},
+	} {
+		card := CardInfo{Name: "echo", Endpoint: echo.URL + tc.path}
+		rem, err := newRemote(ctx, "echo", false, card, &http.Transport{}, "sekrit-token-123", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = rem.exchange(ctx, &a2a.MessageSendParams{Message: userMsg("hi")}, false, nil, func(a2a.Event) {})
+		rem.Close()
+		if !errors.Is(err, tc.kind) {
+			t.Fatalf("%s: %v, want %v", tc.path, err, tc.kind)
+		}
+		if strings.Contains(err.Error(), "sekrit-token-123") || strings.Contains(err.Error(), "mt1_abc") {
+			t.Fatalf("%s: the error carries a token: %v", tc.path, err)
+		}
+	}
 }

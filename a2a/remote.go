@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -179,7 +180,7 @@ func (t rpcTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp.StatusCode != http.StatusOK {
 		snip, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		resp.Body.Close()
-		se := &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: cleanSnippet(snip)}
+		se := &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: redact(cleanSnippet(snip), t.token)}
 		if resp.StatusCode == http.StatusUnauthorized {
 			se.Paused = strings.Contains(resp.Header.Get("WWW-Authenticate"), `error_description="grant paused"`)
 		}
@@ -215,6 +216,19 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	return n, err
+}
+
+// tokenLike matches bearer credentials an error body might echo back:
+// meshtray grant tokens and "Bearer <anything>".
+var tokenLike = regexp.MustCompile(`mt1_[A-Za-z0-9_-]+|(?i)bearer\s+\S+`)
+
+// redact removes token and anything token-like from s, so an agent that
+// echoes our Authorization header never gets it into a log or a message.
+func redact(s, token string) string {
+	if token != "" {
+		s = strings.ReplaceAll(s, token, "[redacted]")
+	}
+	return tokenLike.ReplaceAllString(s, "[redacted]")
 }
 
 // cleanSnippet makes the start of an error body printable on one line.
@@ -445,7 +459,7 @@ func fetchCard(ctx context.Context, hc *http.Client, cu *url.URL) (*a2a.AgentCar
 		return nil, fmt.Errorf("%w: no agent card at %s (HTTP 404)", ErrCardUnpublished, cu.Redacted())
 	case resp.StatusCode != http.StatusOK:
 		snip, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		return nil, &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: cleanSnippet(snip)}
+		return nil, &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: redact(cleanSnippet(snip), "")}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxCardBytes+1))
 	if err != nil {
@@ -544,6 +558,8 @@ func classify(name string, peer bool, err error) error {
 			return mk(ErrAgentUnauthorized, "%s refused the grant it gave this device (HTTP 401): the token was revoked; pair again with `meshtray pair --join`", what)
 		}
 		return mk(ErrAgentUnauthorized, "%s refused our token (HTTP 401): it was revoked or is wrong; give a new one with `meshtray agents add URL --token-stdin`", what)
+	case errors.Is(err, a2a.ErrUnauthenticated): // a2a-go's -31401, with HTTP 200
+		return mk(ErrAgentUnauthorized, "%s refused our credentials (JSON-RPC -31401): the token was revoked or is wrong", what)
 	case errors.As(err, &se) && se.Code >= 500:
 		return mk(ErrAgentUnreachable, "%s failed: %v", what, se)
 	case errors.As(err, &se):
@@ -644,6 +660,9 @@ func finalEvent(ev a2a.Event) bool {
 // (pollFirst growing to pollMax, jittered; pollFailures transient errors
 // in a row end it). Errors are classified (*AgentError) or ctx's.
 func (r *remote) exchange(ctx context.Context, params *a2a.MessageSendParams, stream bool, log *slog.Logger, on func(a2a.Event)) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	var taskID a2a.TaskID
 	if stream {
 		var streamErr error
