@@ -526,12 +526,7 @@ func (d *Discovery) recheck() {
 				return
 			}
 			if err != nil {
-				d.log.Debug("peer not answering", "peer", short(tg.id), "source", tg.src, "err", err)
-				if tg.src == SourceMDNS {
-					d.table.drop(tg.id, SourceMDNS)
-				} else {
-					d.table.setOnline(tg.id, tg.src, false)
-				}
+				d.lost(tg.id, tg.src, err)
 				return
 			}
 			d.table.updateHello(h)

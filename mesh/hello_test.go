@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"meshtray/pairing"
 )
 
 func helloOf(id testIdentity, name string) Hello {
@@ -150,6 +152,26 @@ func TestProbe(t *testing.T) {
 		{"not json", garbage, "", ErrNotMeshtray},
 		{"refused", closedAddr, "", nil},
 	}
+	// With pairing's client configs, as app wires them.
+	pinned := Options{DeviceID: testDeviceID, Timing: o.Timing, TLSConfig: func(fp string) *tls.Config {
+		if fp == "" {
+			return pairing.ObserveTLSConfig(new(string))
+		}
+		return pairing.PinnedTLSConfig(fp)
+	}}
+	pp := newProber(&pinned)
+	t.Run("pairing pin", func(t *testing.T) {
+		t.Parallel()
+		if h, err := pp.probe(context.Background(), "https", honest, id.fp); err != nil || h.ID != id.id {
+			t.Fatalf("pinned probe = %+v, %v", h, err)
+		}
+		if _, err := pp.probe(context.Background(), "https", honest, other.fp); !errors.Is(err, pairing.ErrPinMismatch) || !identityChanged(err) {
+			t.Fatalf("wrong pin: %v, want pairing.ErrPinMismatch", err)
+		}
+		if _, err := pp.probe(context.Background(), "https", liar, ""); !errors.Is(err, ErrFingerprint) {
+			t.Fatalf("observed liar: %v, want ErrFingerprint", err)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,17 +1,11 @@
 package mesh
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +15,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"meshtray/keychain"
+	"meshtray/pairing"
 )
 
 // TestMain re-executes the test binary with the Tailscale knobs that keep
@@ -41,9 +38,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, leakIgnores()...)
 }
 
-// testIdentity is a self-signed ECDSA P-256 certificate standing in for
-// pairing's identity (which has not landed in this package's dependencies
-// yet): CN and DNS SAN "meshtray", no IP SANs, as ARCHITECTURE.md says.
+// testIdentity is a device identity made by pairing (an ECDSA P-256
+// self-signed certificate in an in-memory keychain), as the app makes it.
 type testIdentity struct {
 	cert tls.Certificate
 	fp   string
@@ -52,37 +48,17 @@ type testIdentity struct {
 
 func newTestIdentity(t testing.TB) testIdentity {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ident, err := pairing.LoadOrCreateIdentity(keychain.NewMemory(), "mesh test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "meshtray"},
-		DNSNames:     []string{"meshtray"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp := Fingerprint(der)
-	id, _ := testDeviceID(fp)
-	return testIdentity{cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, fp: fp, id: id}
+	return testIdentity{cert: ident.Cert, fp: ident.Fingerprint, id: ident.ID.String()}
 }
 
-// testDeviceID stands in for pairing.DeviceID(fp).String(): a function of
-// the fingerprint alone, so the id-binding check is exercised.
+// testDeviceID is what app passes as Options.DeviceID.
 func testDeviceID(fp string) (string, error) {
-	if !isFP(fp) {
-		return "", fmt.Errorf("bad fp")
-	}
-	u := strings.ToUpper(fp)
-	return u[:7] + "-" + u[7:14] + "-" + u[14:21], nil
+	id, err := pairing.DeviceIDFromFingerprint(fp)
+	return id.String(), err
 }
 
 // serveHello serves HelloHandler over TLS with id's certificate on ln until

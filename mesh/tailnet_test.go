@@ -137,13 +137,13 @@ func startTSNode(t testing.TB, ctx context.Context, controlURL, hostname string)
 
 // serveMeshtrayOnTailnet serves meshtray's hello over HTTPS on s's tsnet
 // listener at the default port.
-func serveMeshtrayOnTailnet(t testing.TB, s *tsnet.Server, id testIdentity, name string) {
+func serveMeshtrayOnTailnet(t testing.TB, s *tsnet.Server, id testIdentity, name string) *http.Server {
 	t.Helper()
 	ln, err := s.Listen("tcp", ":"+strconv.Itoa(DefaultPort))
 	if err != nil {
 		t.Fatal(err)
 	}
-	serveHello(t, ln, id, func() Hello { return helloOf(id, name) })
+	return serveHello(t, ln, id, func() Hello { return helloOf(id, name) })
 }
 
 func localClient(t testing.TB, s *tsnet.Server) *local.Client {
@@ -166,7 +166,7 @@ func TestTailnetDiscovery(t *testing.T) {
 	c := startTSNode(t, ctx, controlURL, "charlie") // on the tailnet, no meshtray
 
 	selfID, bID := newTestIdentity(t), newTestIdentity(t)
-	serveMeshtrayOnTailnet(t, b, bID, "bravo-meshtray")
+	bSrv := serveMeshtrayOnTailnet(t, b, bID, "bravo-meshtray")
 
 	d := New(Options{
 		Self:      func() Hello { return helloOf(selfID, "alpha-meshtray") },
@@ -305,6 +305,21 @@ func TestTailnetDiscovery(t *testing.T) {
 		waitFor(t, 10*time.Second, "bravo back online (hello re-confirmed)", func() bool {
 			p, ok := d.Table().Get(bID.id)
 			return ok && p.Online
+		})
+	})
+
+	t.Run("identity re-created", func(t *testing.T) {
+		// bravo's meshtray is reinstalled: same tailnet node, new
+		// certificate. The old row loses its tailnet source (it must be
+		// paired again); the new identity is found as a new row.
+		bSrv.Close()
+		old := bID
+		bID = newTestIdentity(t)
+		bSrv = serveMeshtrayOnTailnet(t, b, bID, "bravo-reinstalled")
+		waitFor(t, 10*time.Second, "the new identity listed, the old one gone", func() bool {
+			p, ok := d.Table().Get(bID.id)
+			_, oldOK := d.Table().Get(old.id)
+			return ok && p.Online && !oldOK && p.Name == "bravo-reinstalled"
 		})
 	})
 

@@ -474,7 +474,7 @@ func (d *Discovery) recheckOne(id string, src Source) {
 			return
 		}
 		if err != nil {
-			d.table.setOnline(id, src, false)
+			d.lost(id, src, err)
 			return
 		}
 		d.table.updateHello(got)
@@ -514,6 +514,38 @@ func (d *Discovery) retryAfter(ctx context.Context, ttl time.Duration) {
 			d.kick(d.kickTS)
 		}
 	}()
+}
+
+// identityChanged reports whether a probe failed because the address now
+// presents another certificate (the device re-created its identity, or
+// another device took the address).
+func identityChanged(err error) bool {
+	return errors.Is(err, ErrFingerprint) || errors.Is(err, ErrDeviceID) || errors.Is(err, pairing.ErrPinMismatch)
+}
+
+// lost handles a failed re-probe of id's src sighting: mDNS sightings go;
+// others go offline, unless the address now answers with another identity:
+// then the sighting goes (that device is a new row, to be paired anew) and
+// a tailnet peer is probed afresh.
+func (d *Discovery) lost(id string, src Source, err error) {
+	d.log.Debug("peer not answering", "peer", short(id), "source", src, "err", err)
+	switch {
+	case src == SourceMDNS:
+		d.table.drop(id, src)
+	case src == SourceTailscale && identityChanged(err):
+		d.table.drop(id, src)
+		d.mu.Lock()
+		for key, p := range d.tsPeers {
+			if p.id == id {
+				p.id = ""
+				d.neg.del(key)
+			}
+		}
+		d.mu.Unlock()
+		d.kick(d.kickTS)
+	default:
+		d.table.setOnline(id, src, false)
+	}
 }
 
 // isTimeout reports whether err is a probe that ran out of time.
