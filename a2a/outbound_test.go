@@ -109,7 +109,7 @@ func TestVerifyCard(t *testing.T) {
 }
 
 // newAgents is a registry over a memory keychain and a temp agents file.
-func newAgents(t *testing.T, o AgentsOptions) (*Agents, keychain.Store) {
+func newAgents(t testing.TB, o AgentsOptions) (*Agents, keychain.Store) {
 	t.Helper()
 	if o.Secrets == nil {
 		o.Secrets = keychain.NewMemory()

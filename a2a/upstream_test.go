@@ -153,7 +153,7 @@ type upstreamOpts struct {
 	streaming bool
 }
 
-func newUpstream(t *testing.T, o upstreamOpts) *upstream {
+func newUpstream(t testing.TB, o upstreamOpts) *upstream {
 	t.Helper()
 	u := &upstream{token: o.token, stopped: make(chan a2a.TaskID, 8), started: make(chan a2a.TaskID, 8)}
 	rpc := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(upstreamExec{u}))
