@@ -269,23 +269,7 @@ func startServe(t *testing.T, wrap []string, dir, name string) {
 	t.Helper()
 	argv := append(append([]string{}, wrap...), os.Args[0], "serve", "--state-dir", dir, "--port", "0",
 		"--keychain", "file", "--name", name, "--log-level", "debug")
-	p := &trayProc{StateDir: dir, done: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = (*desktop)(nil).env()
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("%s logs:\n%s", name, p.Logs())
-		}
-	})
+	p := startProc(t, name, (*desktop)(nil).env(), dir, argv)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(dir + "/daemon.json"); err == nil {

@@ -1,0 +1,267 @@
+package tray
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"meshtray/app"
+	"meshtray/mesh"
+)
+
+func TestBuildMenu(t *testing.T) {
+	t.Parallel()
+	base := app.Status{Name: "laptop", OS: "Debian GNU/Linux 12 (x86_64)", DeviceID: "ID", Tailscale: "not running"}
+	peer := func(name string, online, paired bool, src ...mesh.Source) mesh.Peer {
+		return mesh.Peer{ID: name + "-id", Name: name, Online: online, Paired: paired, Sources: src}
+	}
+	for _, tc := range []struct {
+		name   string
+		mod    func(*snapshot)
+		status string
+		icon   iconState
+		peers  []string
+	}{
+		{"idle", func(*snapshot) {}, "A2A off · not reachable from other devices", iconNormal, nil},
+		{"published on the tailnet", func(s *snapshot) { s.Status.A2A.Enabled = true; s.Status.Tailscale = "running" },
+			"A2A on · reachable via tailnet", iconPublished, nil},
+		{"approval wins over published", func(s *snapshot) {
+			s.Status.A2A.Enabled, s.Status.LAN, s.Status.Tailscale, s.Status.PendingApprovals = true, true, "running", 3
+		}, "A2A on · reachable via tailnet and LAN · 3 approvals waiting", iconApproval, nil},
+		{"one approval", func(s *snapshot) { s.Status.PendingApprovals = 1 }, "A2A off · not reachable from other devices · 1 approval waiting", iconApproval, nil},
+		{"online peers only, by name", func(s *snapshot) {
+			s.Peers = []mesh.Peer{peer("zed", true, false, mesh.SourceTailscale), peer("gone", false, true, mesh.SourceMDNS),
+				peer("Amy", true, true, mesh.SourceMDNS, mesh.SourceTailscale)}
+		}, "A2A off · not reachable from other devices", iconNormal, []string{"Amy — LAN, tailnet · paired", "zed — tailnet"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snapshot{Status: base, AutostartOK: true}
+			tc.mod(&s)
+			m := buildMenu(s)
+			if m.StatusLine != tc.status || m.Icon != tc.icon {
+				t.Errorf("status %q icon %d, want %q %d", m.StatusLine, m.Icon, tc.status, tc.icon)
+			}
+			var got []string
+			for _, p := range m.Peers {
+				got = append(got, p.Label)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.peers, "|") {
+				t.Errorf("peers %q, want %q", got, tc.peers)
+			}
+			items := m.items()
+			if items[0].Label != "laptop — Debian GNU/Linux 12 (x86_64)" || items[0].Act.kind != actCopyID {
+				t.Errorf("first item %+v", items[0])
+			}
+			if items[9].Label != approvalsLabel(s.Status.PendingApprovals) {
+				t.Errorf("approvals item %q", items[9].Label)
+			}
+		})
+	}
+	// The submenu is bounded.
+	var many []mesh.Peer
+	for i := range maxMenuPeers + 5 {
+		many = append(many, peer(fmt.Sprintf("p%02d", i), true, false, mesh.SourceMDNS))
+	}
+	m := buildMenu(snapshot{Status: base, Peers: many})
+	if len(m.Peers) != maxMenuPeers || m.MorePeers != 5 {
+		t.Errorf("peers %d more %d", len(m.Peers), m.MorePeers)
+	}
+	sub := m.items()[5].Sub
+	if sub[maxMenuPeers].Label != "and 5 more" || sub[len(sub)-1].Label != labelAllPeers {
+		t.Errorf("submenu tail: %q %q", sub[maxMenuPeers].Label, sub[len(sub)-1].Label)
+	}
+}
+
+// fakeAPI is the control API as the tray sees it, in memory.
+type fakeAPI struct {
+	mu        sync.Mutex
+	status    app.Status
+	approvals []app.Approval
+	posts     []string // "PATH BODY"
+	events    chan []app.EventType
+}
+
+func (f *fakeAPI) Do(ctx context.Context, method, path string, in, out any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if method == http.MethodPost {
+		b, _ := json.Marshal(in)
+		f.posts = append(f.posts, path+" "+string(b))
+		return nil
+	}
+	var v any
+	switch path {
+	case "/status":
+		v = f.status
+	case "/approvals":
+		v = f.approvals
+	case "/mesh/peers":
+		v = []mesh.Peer{}
+	default:
+		return &app.APIError{Status: 404, Message: "no " + path}
+	}
+	b, _ := json.Marshal(v)
+	return json.Unmarshal(b, out)
+}
+
+func (f *fakeAPI) Events(ctx context.Context, fn func([]app.EventType)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ts := <-f.events:
+			fn(ts)
+		}
+	}
+}
+
+func (f *fakeAPI) postsSnapshot() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string{}, f.posts...)
+}
+
+type recordMenu struct {
+	mu     sync.Mutex
+	models []menuModel
+}
+
+func (r *recordMenu) render(_ context.Context, m menuModel) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.models = append(r.models, m)
+}
+
+func (r *recordMenu) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.models)
+}
+
+type recordUI struct {
+	api *fakeAPI
+}
+
+func (u recordUI) open(ctx context.Context, r app.UIRequest) error {
+	return u.api.Do(ctx, http.MethodPost, "/ui/open", r, nil)
+}
+
+type fakeAutostart struct{ on bool }
+
+func (a *fakeAutostart) Enabled() (bool, error) { return a.on, nil }
+func (a *fakeAutostart) Enable() error          { a.on = true; return nil }
+func (a *fakeAutostart) Disable() error         { a.on = false; return nil }
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestControllerLoop runs the tray's event loop against an in-memory
+// control API: renders only changed menus, announces each approval once
+// (a notification and one popup request), and turns clicks into calls.
+func TestControllerLoop(t *testing.T) {
+	t.Parallel()
+	api := &fakeAPI{status: app.Status{Name: "laptop", OS: "Linux", DeviceID: "DEV-ID", LogDir: "/tmp/logs"}, events: make(chan []app.EventType)}
+	menu := &recordMenu{}
+	var mu sync.Mutex
+	var notices, copied, opened []string
+	as := &fakeAutostart{}
+	quit := make(chan struct{})
+	c := &controller{
+		api: api, menu: menu, ui: recordUI{api}, autostart: as,
+		notify: func(_ context.Context, title, body string) {
+			mu.Lock()
+			notices = append(notices, title)
+			mu.Unlock()
+		},
+		copyText: func(s string) error { mu.Lock(); copied = append(copied, s); mu.Unlock(); return nil },
+		openPath: func(s string) error { mu.Lock(); opened = append(opened, s); mu.Unlock(); return nil },
+		quit:     func() { close(quit) },
+		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		clicks:   make(chan action),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	waitUntil(t, "the first render", func() bool { return menu.count() == 1 })
+	// A notice that changes nothing visible renders nothing.
+	api.events <- []app.EventType{app.EventPeers}
+	api.events <- []app.EventType{app.EventStatus}
+	// A new approval: one render, one notification, one popup request.
+	api.mu.Lock()
+	api.approvals = []app.Approval{{ID: "A1", Kind: app.KindDelegation, Peer: "phone", Summary: "device.info"}}
+	api.mu.Unlock()
+	api.events <- []app.EventType{app.EventApprovals}
+	waitUntil(t, "the approval render", func() bool { return menu.count() == 2 })
+	mu.Lock()
+	gotNotices := append([]string{}, notices...)
+	mu.Unlock()
+	if len(gotNotices) != 1 || gotNotices[0] != "Delegation from phone" {
+		t.Fatalf("notices %q", gotNotices)
+	}
+	if p := api.postsSnapshot(); len(p) != 1 || p[0] != `/ui/open {"window":"approvals"}` {
+		t.Fatalf("posts %q", p)
+	}
+	menu.mu.Lock()
+	last := menu.models[1]
+	menu.mu.Unlock()
+	if last.Icon != iconApproval || last.Approvals != 1 {
+		t.Errorf("menu after the approval: icon %d approvals %d", last.Icon, last.Approvals)
+	}
+	// The same approval again: no second notice.
+	api.events <- []app.EventType{app.EventApprovals}
+	c.clicks <- action{kind: actToggleA2A}
+	c.clicks <- action{kind: actCopyID}
+	c.clicks <- action{kind: actOpenPeer, arg: "PEER"}
+	c.clicks <- action{kind: actAutostart}
+	c.clicks <- action{kind: actOpenLogs}
+	waitUntil(t, "the log folder opened", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(opened) == 1
+	})
+	menu.mu.Lock()
+	if !menu.models[len(menu.models)-1].Autostart {
+		t.Error("Start at login not checked after the click")
+	}
+	menu.mu.Unlock()
+	want := []string{`/ui/open {"window":"approvals"}`, `/a2a/status {"enabled":true}`, `/ui/open {"window":"peer","arg":"PEER"}`}
+	if p := api.postsSnapshot(); strings.Join(p, "\n") != strings.Join(want, "\n") {
+		t.Errorf("posts:\n%s\nwant:\n%s", strings.Join(p, "\n"), strings.Join(want, "\n"))
+	}
+	mu.Lock()
+	if len(notices) != 2 || notices[1] != "Device ID copied" || strings.Join(copied, ",") != "DEV-ID" || strings.Join(opened, ",") != "/tmp/logs" {
+		t.Errorf("notices %q copied %q opened %q", notices, copied, opened)
+	}
+	mu.Unlock()
+	c.clicks <- action{kind: actQuit}
+	select {
+	case <-quit:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Quit did not quit")
+	}
+}
+
+func TestApprovalNotice(t *testing.T) {
+	t.Parallel()
+	title, body := approvalNotice(app.Approval{Kind: app.KindPairing, Peer: "phone", Summary: "pair with phone, asking for agent", SAS: "123456"})
+	if title != "phone wants to pair" || !strings.Contains(body, "Code on both screens: 123456") {
+		t.Errorf("%q %q", title, body)
+	}
+}
