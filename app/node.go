@@ -201,9 +201,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Port:   cfg.Port,
 		Logger: n.log.With("pkg", "mesh"),
 		Paired: n.paired,
+		// Unknown peers: nil lets mesh accept any certificate and check the
+		// hello's fp against the one presented.
 		TLSConfig: func(fp string) *tls.Config {
 			if fp == "" {
-				return pairing.ObserveTLSConfig(nil)
+				return nil
 			}
 			return pairing.PinnedTLSConfig(fp)
 		},
@@ -288,7 +290,7 @@ func (n *Node) routes(mux *http.ServeMux) {
 	mux.Handle("POST /a2a/v1", a.Require(pairing.ScopeAgent, n.agent))
 	mux.Handle("GET /nodes/manifest", a.LocalOr(pairing.ScopeNode, n.registry.ManifestHandler()))
 	mux.Handle("POST /nodes/invoke", a.LocalOr(pairing.ScopeNode, n.registry.InvokeHandler()))
-	mux.Handle("GET "+mesh.HelloPath, a.Public(mesh.HelloHandler(n.hello)))
+	mux.Handle("GET "+mesh.HelloPath, a.Public(n.disc.HelloHandler()))
 	n.pairer.Mount(mux, a)
 	mux.Handle("GET "+assets.PairPath, a.Public(assets.PairPage()))
 	mux.Handle("GET "+assets.PairAppPrefix, a.Public(assets.PairPage()))
