@@ -184,7 +184,7 @@ func (c *cli) printAgents(as []agent.Agent) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.Kind, a.Name, a.Status, streaming, skills, a.URL)
 		if a.Problem != "" {
-			fmt.Fprintf(w, "\t\t↳ %s\t\t\t\t\n", oneLine(a.Problem, 120))
+			fmt.Fprintf(w, "\t\t\t\t\t\t↳ %s\n", oneLine(a.Problem, 120))
 		}
 	}
 	w.Flush()
@@ -214,7 +214,7 @@ func (m *messageFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&m.data, "data", "", `a JSON object sent as a data part, e.g. '{"capability":"device.info"}'`)
 	f.StringVar(&m.file, "file", "", fmt.Sprintf("a file sent inline as a file part (at most %d KiB)", agent.MaxFileBytes>>10))
-	f.BoolVar(&m.detach, "detach", false, "print the task once the agent took it and exit (it goes on in the node; see `meshtray outbound`)")
+	f.BoolVar(&m.detach, "detach", false, "print the task once the agent took it and exit (it goes on in the node; see: meshtray outbound)")
 }
 
 func (m *messageFlags) input(text string) (agent.MessageInput, error) {
@@ -412,7 +412,7 @@ func (c *cli) printTaskDetail(t agent.OutboundTask) {
 	for _, a := range t.Artifacts {
 		p.artifactLocked(a, false)
 	}
-	p.clearLocked()
+	p.endLineLocked()
 	p.mu.Unlock()
 	if t.State == a2a.TaskStateInputRequired || t.State == a2a.TaskStateAuthRequired {
 		fmt.Fprintf(c.opts.Stderr, "answer with:  meshtray answer %s \"...\"\n", t.ID)
@@ -434,11 +434,11 @@ func (c *cli) printOutbound(ts []agent.OutboundTask) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, t.AgentName, state, ago(t.Updated), len(t.Artifacts), oneLine(t.Request, 50))
 		switch {
 		case t.State == a2a.TaskStateInputRequired || t.State == a2a.TaskStateAuthRequired:
-			fmt.Fprintf(w, "\t↳ asks: %s\t\t\t\t\n", oneLine(t.Message, 100))
+			fmt.Fprintf(w, "\t\t\t\t\t↳ asks: %s\n", oneLine(t.Message, 100))
 		case t.Error != "":
-			fmt.Fprintf(w, "\t↳ %s\t\t\t\t\n", oneLine(t.Error, 100))
+			fmt.Fprintf(w, "\t\t\t\t\t↳ %s\n", oneLine(t.Error, 100))
 		case t.Message != "" && t.State.Terminal():
-			fmt.Fprintf(w, "\t↳ %s\t\t\t\t\n", oneLine(t.Message, 100))
+			fmt.Fprintf(w, "\t\t\t\t\t↳ %s\n", oneLine(t.Message, 100))
 		}
 	}
 	w.Flush()
@@ -506,7 +506,7 @@ func (c *cli) followRequest(cmd *cobra.Command, method, path string, body any, d
 		tty = term.IsTerminal(int(f.Fd()))
 	}
 	p := newTaskPrinter(c.opts.Stdout, c.opts.Stderr, tty)
-	defer p.stop()
+	defer p.finish()
 	enc := json.NewEncoder(c.opts.Stdout)
 	dec := json.NewDecoder(resp.Body)
 	var last *agent.OutboundTask
@@ -542,7 +542,7 @@ func (c *cli) followRequest(cmd *cobra.Command, method, path string, body any, d
 			break
 		}
 	}
-	p.stop()
+	p.finish()
 	return exitFor(last)
 }
 
@@ -578,7 +578,8 @@ func exitFor(t *agent.OutboundTask) error {
 // event or in a task snapshot.
 type taskPrinter struct {
 	out, errw io.Writer
-	tty       bool
+	tty       bool // stderr is a terminal: draw the progress line
+	shared    bool // stdout is that terminal too: end stdout's line before a status line
 
 	mu      sync.Mutex
 	printed map[string]int // parts printed per artifact
@@ -595,6 +596,9 @@ type taskPrinter struct {
 
 func newTaskPrinter(out, errw io.Writer, tty bool) *taskPrinter {
 	p := &taskPrinter{out: out, errw: errw, tty: tty, printed: map[string]int{}, since: time.Now()}
+	if f, ok := out.(*os.File); ok && tty {
+		p.shared = term.IsTerminal(int(f.Fd()))
+	}
 	if tty {
 		p.quit, p.done = make(chan struct{}), make(chan struct{})
 		go p.progress()
@@ -643,13 +647,25 @@ func (p *taskPrinter) stop() {
 	p.mu.Unlock()
 }
 
-// clearLocked removes the progress line and ends an open stdout line.
+// finish ends an open stdout line: the output ends with a newline.
+func (p *taskPrinter) finish() {
+	p.stop()
+	p.mu.Lock()
+	if p.open {
+		fmt.Fprintln(p.out)
+		p.open = false
+	}
+	p.mu.Unlock()
+}
+
+// clearLocked removes the progress line and, on a shared terminal, ends an
+// open stdout line before stderr writes one.
 func (p *taskPrinter) clearLocked() {
 	if p.line {
 		fmt.Fprint(p.errw, "\r\033[K")
 		p.line = false
 	}
-	if p.open {
+	if p.open && p.shared {
 		fmt.Fprintln(p.out)
 		p.open = false
 	}
@@ -707,11 +723,13 @@ func (p *taskPrinter) status(st a2a.TaskState, msg string) {
 	switch {
 	case st == a2a.TaskStateCompleted:
 		if msg != "" {
+			p.endLineLocked()
 			fmt.Fprintln(p.out, msg)
 		}
 		fmt.Fprintln(p.errw, "completed")
 	case st == a2a.TaskStateInputRequired || st == a2a.TaskStateAuthRequired:
 		fmt.Fprintf(p.errw, "%s: the agent asks:\n", st)
+		p.endLineLocked()
 		fmt.Fprintln(p.out, msg)
 	case msg != "":
 		fmt.Fprintf(p.errw, "%s: %s\n", st, msg)
@@ -762,11 +780,15 @@ func (p *taskPrinter) artifactLocked(a agent.OutboundArtifact, appended bool) {
 			p.open = false
 		}
 	}
-	if !appended && p.open {
+	p.printed[a.ID] += len(a.Parts) // an open text line stays open: appended chunks continue it
+}
+
+// endLineLocked ends an open stdout line before more stdout.
+func (p *taskPrinter) endLineLocked() {
+	if p.open {
 		fmt.Fprintln(p.out)
 		p.open = false
 	}
-	p.printed[a.ID] += len(a.Parts)
 }
 
 // end prints what a person does next.
