@@ -1,6 +1,7 @@
 package tray
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,12 @@ func labelTexts(root fyne.CanvasObject) string {
 		}
 	})
 	return b.String()
+}
+
+func containsObj(root fyne.CanvasObject, o fyne.CanvasObject) bool {
+	found := false
+	walk(root, func(x fyne.CanvasObject) { found = found || x == o })
+	return found
 }
 
 func selects(root fyne.CanvasObject) []*widget.Select {
@@ -132,7 +139,8 @@ func TestPeersAndManifestViews(t *testing.T) {
 	}
 
 	// A peer's manifest is read-only.
-	peer := newPeerView()
+	var sentTexts []string
+	peer := newPeerView(func(text string) { sentTexts = append(sentTexts, text) })
 	test.NewTempWindow(t, peer.root)
 	peer.set(mesh.Peer{ID: "AAAAAAAAAA", Name: "desk", OS: "Windows 11 (AMD64)", Online: true, Sources: []mesh.Source{mesh.SourceMDNS},
 		Addrs: map[mesh.Source][]string{mesh.SourceMDNS: {"192.0.2.7:47654"}}}, &nodes.Manifest{Capabilities: []nodes.Capability{
@@ -142,6 +150,32 @@ func TestPeersAndManifestViews(t *testing.T) {
 	}
 	if txt := labelTexts(peer.root); !strings.Contains(txt, "192.0.2.7:47654 (LAN)") || !strings.Contains(txt, "clipboard.read") {
 		t.Errorf("peer window:\n%s", txt)
+	}
+	if peer.msgBox.Visible() && containsObj(peer.list, peer.msgBox) {
+		t.Error("a message box for a peer that does not publish A2A")
+	}
+	// A paired peer publishing A2A: send it a message, see its task.
+	peer.set(mesh.Peer{ID: "AAAAAAAAAA", Name: "desk", Paired: true, A2A: true, Online: true}, nil, "")
+	if !containsObj(peer.list, peer.msgBox) {
+		t.Fatal("no message box for a paired A2A peer")
+	}
+	test.Type(peer.entry, "run device.info")
+	test.Tap(peer.sendBtn)
+	if strings.Join(sentTexts, "|") != "run device.info" || !peer.sendBtn.Disabled() {
+		t.Fatalf("sent %q, button disabled %v", sentTexts, peer.sendBtn.Disabled())
+	}
+	peer.sent(nil)
+	if peer.entry.Text != "" || peer.sendBtn.Disabled() {
+		t.Error("a sent message stays in the box")
+	}
+	var ts []outboundView
+	if err := json.Unmarshal([]byte(`[{"id":"t1","agent":"AAAAAAAAAA","request":"run device.info","state":"completed",
+		"artifacts":[{"name":"device.info","parts":[{"kind":"text","text":"desk: 16 GiB free"}]}],"updated":"2026-11-30T10:00:00Z"}]`), &ts); err != nil {
+		t.Fatal(err)
+	}
+	peer.setTasks(ts)
+	if txt := labelTexts(peer.root); !strings.Contains(txt, "desk: 16 GiB free") || !strings.Contains(txt, "run device.info") {
+		t.Errorf("task not shown:\n%s", txt)
 	}
 	peer.set(mesh.Peer{ID: "AAAAAAAAAA", Name: "desk"}, nil, "It has not given this device access")
 	if txt := labelTexts(peer.root); !strings.Contains(txt, "It has not given this device access") {

@@ -235,7 +235,7 @@ func (m menuModel) items() []menuItem {
 		{Separator: true},
 		{Label: labelPair, Act: action{kind: actPair}},
 		{Label: labelDevices, Act: action{kind: actDevices}},
-		{Label: approvalsLabel(m.Approvals), Act: action{kind: actApprovals}},
+		{Label: approvalsLabel(m.Approvals), Disabled: m.Approvals == 0, Act: action{kind: actApprovals}},
 		{Label: labelManifest, Act: action{kind: actManifest}},
 		{Separator: true},
 		{Label: labelAutostart, Check: true, Checked: m.Autostart, Disabled: !m.AutostartOK, Act: action{kind: actAutostart}},

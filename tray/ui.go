@@ -100,8 +100,8 @@ type uiWin struct {
 	w        fyne.Window
 	onEvents func(ts []app.EventType) // on the UI goroutine
 	tick     func()                   // every second, on the UI goroutine
-	// claimID is the pairing claim a pairing window shows (pairing only).
-	claimID func() string
+	// owns reports whether the pairing window shows a (pairing only).
+	owns func(a app.Approval) bool
 }
 
 func newUIProc(ctx context.Context, a fyne.App, api controlAPI, log *slog.Logger) *uiProc {
@@ -247,6 +247,12 @@ func (u *uiProc) open(r app.UIRequest) {
 	var uw *uiWin
 	switch r.Window {
 	case app.UIApprovals:
+		// Only when something is waiting that no other window shows, so
+		// no empty popup flashes (one read on loopback).
+		var as []app.Approval
+		if err := u.call(u.ctx, http.MethodGet, "/approvals", nil, &as); err != nil || len(u.popupApprovals(as)) == 0 {
+			return
+		}
 		uw = u.approvalsWindow()
 	case app.UIPair:
 		uw = u.pairWindow()
@@ -331,14 +337,14 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	return uw
 }
 
-// popupApprovals leaves out the pairing claim the pairing window shows.
+// popupApprovals leaves out the pairing claim the pairing window shows
+// (or is about to: a claim of its code).
 func (u *uiProc) popupApprovals(as []app.Approval) []app.Approval {
 	pw, ok := u.wins[string(app.UIPair)]
-	if !ok || pw.claimID == nil {
+	if !ok || pw.owns == nil {
 		return as
 	}
-	id := pw.claimID()
-	return slices.DeleteFunc(as, func(a app.Approval) bool { return a.ID == id })
+	return slices.DeleteFunc(slices.Clone(as), pw.owns)
 }
 
 // --- pairing ---
@@ -426,11 +432,17 @@ func (u *uiProc) pairWindow() *uiWin {
 	uw.w = u.newWindow(titlePair, v.root)
 	uw.w.Resize(fyne.NewSize(500, 600))
 	uw.tick = v.tick
-	uw.claimID = func() string {
-		if v.state == pairClaim {
-			return v.claim.ID
+	uw.owns = func(a app.Approval) bool {
+		if a.Kind != app.KindPairing {
+			return false
 		}
-		return ""
+		switch v.state {
+		case pairClaim:
+			return a.ID == v.claim.ID
+		case pairCode:
+			return !a.Created.Before(started)
+		}
+		return false
 	}
 	uw.onEvents = func(ts []app.EventType) {
 		if slices.Contains(ts, app.EventGrants) && decided != "" {
@@ -571,7 +583,27 @@ func (u *uiProc) peersWindow() *uiWin {
 
 func (u *uiProc) peerWindow(id string) *uiWin {
 	uw := &uiWin{}
-	v := newPeerView()
+	var v *peerView
+	refreshTasks := func() {
+		u.bg(func(ctx context.Context) func() {
+			var ts []outboundView
+			if err := u.call(ctx, http.MethodGet, "/a2a/outbound", nil, &ts); err != nil {
+				return nil
+			}
+			ts = slices.DeleteFunc(ts, func(t outboundView) bool { return t.Agent != id })
+			return func() { v.setTasks(ts) }
+		})
+	}
+	v = newPeerView(func(text string) {
+		u.bg(func(ctx context.Context) func() {
+			req := map[string]any{"agent": id, "text": text, "detach": true}
+			err := u.call(ctx, http.MethodPost, "/a2a/outbound", req, nil)
+			return func() {
+				v.sent(err)
+				refreshTasks()
+			}
+		})
+	})
 	uw.w = u.newWindow("meshtray — "+shortID(id), v.root)
 	uw.w.Resize(fyne.NewSize(580, 560))
 	var manifest *nodes.Manifest
@@ -616,9 +648,13 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 		if slices.Contains(ts, app.EventPeers) || slices.Contains(ts, app.EventGrants) {
 			refresh(slices.Contains(ts, app.EventGrants))
 		}
+		if slices.Contains(ts, app.EventTasks) {
+			refreshTasks()
+		}
 	}
 	v.set(mesh.Peer{ID: id, Name: shortID(id)}, nil, "")
 	refresh(true)
+	refreshTasks()
 	return uw
 }
 

@@ -1,6 +1,7 @@
 package tray
 
 import (
+	"encoding/json"
 	"fmt"
 	"image/color"
 	"slices"
@@ -176,17 +177,136 @@ func (v *peersView) set(ps []mesh.Peer) {
 }
 
 // peerView shows one peer and, when it gave this device a grant, its
-// manifest.
+// manifest; when it also publishes A2A, a box to send it a message and the
+// tasks sent to it.
 type peerView struct {
-	now  func() time.Time
-	list *fyne.Container
-	root fyne.CanvasObject
+	now     func() time.Time
+	send    func(text string)
+	list    *fyne.Container
+	entry   *widget.Entry
+	sendBtn *widget.Button
+	sendErr *widget.Label
+	tasks   *fyne.Container
+	msgBox  fyne.CanvasObject
+	root    fyne.CanvasObject
 }
 
-func newPeerView() *peerView {
-	v := &peerView{now: time.Now, list: container.NewVBox()}
+// outboundView is what the peer window shows of a task sent to the peer
+// (GET /a2a/outbound, a2a's OutboundTask: the fields used here).
+type outboundView struct {
+	ID        string `json:"id"`
+	Agent     string `json:"agent"`
+	Request   string `json:"request"`
+	State     string `json:"state"`
+	Message   string `json:"message"`
+	Error     string `json:"error"`
+	Artifacts []struct {
+		Name  string           `json:"name"`
+		Parts []map[string]any `json:"parts"`
+	} `json:"artifacts"`
+	Updated time.Time `json:"updated"`
+}
+
+func newPeerView(send func(text string)) *peerView {
+	v := &peerView{now: time.Now, send: send, list: container.NewVBox(), tasks: container.NewVBox()}
+	v.entry = widget.NewMultiLineEntry()
+	v.entry.SetPlaceHolder("Ask it to do something, e.g. run device.info")
+	v.entry.SetMinRowsVisible(3)
+	v.entry.Wrapping = fyne.TextWrapWord
+	v.sendErr = wrapLabel("")
+	v.sendErr.Importance = widget.DangerImportance
+	v.sendErr.Hide()
+	v.sendBtn = widget.NewButtonWithIcon("Send", theme.MailSendIcon(), func() {
+		text := strings.TrimSpace(v.entry.Text)
+		if text == "" || v.send == nil {
+			return
+		}
+		v.sendErr.Hide()
+		v.sendBtn.Disable()
+		v.send(text)
+	})
+	v.msgBox = container.NewVBox(widget.NewSeparator(), heading("Send it a message (A2A)"),
+		mutedLabel("Its owner approves each task on that device."),
+		v.entry, container.NewHBox(layout.NewSpacer(), v.sendBtn), v.sendErr, v.tasks)
 	v.root = container.NewPadded(newFixedWidth(520, container.NewVScroll(v.list)))
 	return v
+}
+
+// sent reports the outcome of a send: nil clears the box.
+func (v *peerView) sent(err error) {
+	v.sendBtn.Enable()
+	if err != nil {
+		v.sendErr.SetText("Not sent: " + err.Error())
+		v.sendErr.Show()
+		return
+	}
+	v.entry.SetText("")
+}
+
+// setTasks shows the tasks sent to this peer, newest first.
+func (v *peerView) setTasks(ts []outboundView) {
+	slices.SortStableFunc(ts, func(a, b outboundView) int { return b.Updated.Compare(a.Updated) })
+	var objs []fyne.CanvasObject
+	for i, t := range ts {
+		if i == 10 {
+			break
+		}
+		head := container.NewHBox(container.NewCenter(badge(t.State, stateColor(t.State))), boldLabel(t.Request))
+		row := []fyne.CanvasObject{head}
+		if t.Message != "" {
+			row = append(row, wrapLabel(t.Message))
+		}
+		if t.Error != "" {
+			l := wrapLabel(t.Error)
+			l.Importance = widget.DangerImportance
+			row = append(row, l)
+		}
+		for _, a := range t.Artifacts {
+			if txt := partsText(a.Parts); txt != "" {
+				l := monoLabel(txt)
+				row = append(row, l)
+			}
+		}
+		objs = append(objs, container.NewVBox(row...))
+	}
+	v.tasks.Objects = objs
+	v.tasks.Refresh()
+}
+
+// partsText is the text of A2A parts: text parts as they are, data parts
+// as JSON, files by name; bounded for the window.
+func partsText(parts []map[string]any) string {
+	var b strings.Builder
+	for _, p := range parts {
+		switch p["kind"] {
+		case "text":
+			s, _ := p["text"].(string)
+			b.WriteString(s + "\n")
+		case "data":
+			j, _ := json.Marshal(p["data"])
+			b.Write(j)
+			b.WriteByte('\n')
+		case "file":
+			b.WriteString("[file]\n")
+		}
+	}
+	s := strings.TrimSpace(b.String())
+	if r := []rune(s); len(r) > 600 {
+		s = string(r[:600]) + "…"
+	}
+	return s
+}
+
+func stateColor(s string) color.Color {
+	switch s {
+	case "completed":
+		return colorOK
+	case "failed", "rejected", "canceled":
+		return color.NRGBA{0xb7, 0x1c, 0x1c, 0xff}
+	case "input-required", "auth-required":
+		return colorWarn
+	}
+	return colorInfo
 }
 
 // set shows p; m is its manifest when fetched, merr why not.
@@ -230,6 +350,9 @@ func (v *peerView) set(p mesh.Peer, m *nodes.Manifest, merr string) {
 		objs = append(objs, mutedLabel(merr))
 	default:
 		objs = append(objs, mutedLabel("Asking it…"))
+	}
+	if p.A2A && p.Paired {
+		objs = append(objs, v.msgBox)
 	}
 	v.list.Objects = objs
 	v.list.Refresh()
