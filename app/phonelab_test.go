@@ -206,6 +206,7 @@ type nsNodeOptions struct {
 	StateDir string   // default t.TempDir()
 	Config   string   // config.toml
 	Env      []string // extra environment
+	Port     int      // default 0: any free port
 }
 
 func (n *nsNode) Write(p []byte) (int, error) {
@@ -238,7 +239,7 @@ func startNSNode(t testing.TB, ns string, o nsNodeOptions) *nsNode {
 	}
 	ip := needProgram(t, "ip", "iproute2")
 	n := &nsNode{t: t, ns: ns, StateDir: o.StateDir, hc: nsHTTPClient(ns), done: make(chan struct{})}
-	args := []string{"serve", "--state-dir", o.StateDir, "--port", "0", "--name", o.Name,
+	args := []string{"serve", "--state-dir", o.StateDir, "--port", strconv.Itoa(o.Port), "--name", o.Name,
 		"--keychain", "os", "--log-level", "debug"}
 	n.cmd = apptest.Command(context.Background(), o.Env, args...)
 	n.cmd.Path = ip

@@ -261,6 +261,7 @@
     const rawFP = p.get("fp") || "";
     st.fp = normFP(rawFP);
     st.fpBad = rawFP !== "" && st.fp === "";
+    clearBanner();
     show("view-loading", { focus: false });
     let resp;
     try {
@@ -305,9 +306,9 @@
     const https = location.protocol === "https:";
     $("cert-https").hidden = !https;
     $("cert-http").hidden = https;
-    $("cert").open = https;
-    $("cert-summary").textContent = https ? "About the “not secure” warning" : "Certificate fingerprint";
     const mismatch = st.fpBad || (st.fp !== "" && st.fp !== iss.fp);
+    $("cert").open = https || mismatch;
+    $("cert-summary").textContent = https ? "About the “not secure” warning" : "Certificate fingerprint";
     $("fp-mismatch").hidden = !mismatch;
     $("fp-match").hidden = mismatch || st.fp === "";
     $("claim-btn").disabled = mismatch;
@@ -484,6 +485,14 @@
           });
         }
         const s = resp.ok ? await readJSON(resp) : null;
+        if (!s && resp.ok) {
+          // A cut answer (the computer stopped mid-reply): like a lost
+          // connection, try again.
+          failures++;
+          banner("warn", "Lost contact with " + iss.name + ". Retrying…", "net");
+          await sleep(Math.min(2000 * failures, 10000), ctrl.signal);
+          continue;
+        }
         if (!s) {
           return problem({
             title: "Unexpected answer",
@@ -514,7 +523,6 @@
               action: "Enter another code",
               onAction: again,
               tone: "warn",
-              icon: "⏱",
             });
         }
         return problem({
