@@ -25,8 +25,8 @@ import (
 	"meshtray/pairing"
 )
 
-// storedGrant is the page's localStorage record of a grant.
-type storedGrant struct {
+// phStoredGrant is the page's localStorage record of a grant.
+type phStoredGrant struct {
 	Token   string   `json:"token"`
 	GrantID string   `json:"grant_id"`
 	Scopes  []string `json:"scopes"`
@@ -45,18 +45,18 @@ type storedGrant struct {
 // then forgotten. Every step is screenshotted under the test's artifact
 // directory (go test -artifacts -outputdir DIR).
 func TestPhonePairsOverLAN(t *testing.T) {
-	lab := newLabNet(t)
+	lab := newPhLab(t)
 	// The node's own session bus: a private Secret Service (its keychain)
-	// and the test's notification service.
+	// and the test’s notification service.
 	bus, err := keychaintest.StartPrivate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bus.Stop() })
-	notes := serveTestNotifier(t, bus.Addr())
+	notes := servePhNotifier(t, bus.Addr())
 
 	const laptopName = "Ada’s laptop"
-	node := startNSNode(t, lab.laptop, nsNodeOptions{
+	node := startPhNode(t, lab.laptop, phNodeOptions{
 		Name:   laptopName,
 		Config: "tailscale = false\n",
 		Env:    []string{"DBUS_SESSION_BUS_ADDRESS=" + bus.Addr()},
@@ -120,7 +120,7 @@ func TestPhonePairsOverLAN(t *testing.T) {
 	if h := phoneEval[string](b, `location.hash`); h != "" {
 		t.Errorf("the used code stays in the address bar: %q", h)
 	}
-	pa := waitApprovalOf(t, node.approvals, app.KindPairing, nil)
+	pa := phWaitApproval(t, node.approvals, app.KindPairing, nil)
 	if pa.SAS != sas || pa.Peer != "Test phone" || pa.Via != string(pairing.ListenerLAN) || pa.Addr != lab.phoneIP {
 		t.Fatalf("pairing approval %+v: want SAS %s from Test phone via lan at %s", pa, sas, lab.phoneIP)
 	}
@@ -133,8 +133,8 @@ func TestPhonePairsOverLAN(t *testing.T) {
 	node.MustAPI("POST", "/approvals/"+pa.ID, app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: pairing.Scopes{pairing.ScopeAgent, pairing.ScopeNode}}, nil)
 	b.Visible("view-remote", 40*time.Second)
 	b.WaitJS("the manifest", `document.querySelectorAll("#caps li").length > 0`, 20*time.Second)
-	var g storedGrant
-	raw := phoneEval[string](b, `localStorage.getItem("meshtray.grant." + `+jsString(st.DeviceID)+`) || ""`)
+	var g phStoredGrant
+	raw := phoneEval[string](b, `localStorage.getItem("meshtray.grant." + `+phJS(st.DeviceID)+`) || ""`)
 	if err := json.Unmarshal([]byte(raw), &g); err != nil || !strings.HasPrefix(g.Token, "mt1_") {
 		t.Fatalf("localStorage grant for %s: %q (%v)", st.DeviceID, raw, err)
 	}
@@ -154,7 +154,7 @@ func TestPhonePairsOverLAN(t *testing.T) {
 		chromedp.Click(chromedp.ID("notify-btn")))
 	// A new grant's policy is ask: the owner approves the call first.
 	b.WaitJS("the call waiting for the owner", `document.getElementById("send-result").textContent.startsWith("Waiting for the owner")`, 20*time.Second)
-	ca := waitApprovalOf(t, node.approvals, app.KindCapability, nil)
+	ca := phWaitApproval(t, node.approvals, app.KindCapability, nil)
 	if ca.Peer != "Test phone" || !strings.HasPrefix(ca.Summary, "system.notify") {
 		t.Fatalf("capability approval %+v, want system.notify from Test phone", ca)
 	}
@@ -165,7 +165,7 @@ func TestPhonePairsOverLAN(t *testing.T) {
 	node.MustAPI("POST", "/approvals/"+ca.ID, app.ApprovalDecision{Decision: app.DecisionApprove}, nil)
 	b.WaitJS("the notification sent", `document.getElementById("send-result").classList.contains("ok")`, 20*time.Second)
 	got := notes.Received()
-	want := notification{AppName: "meshtray", Summary: "Dinner at 8", Body: "Bring the good bread\n(sent by Test phone via meshtray)"}
+	want := phNotification{AppName: "meshtray", Summary: "Dinner at 8", Body: "Bring the good bread\n(sent by Test phone via meshtray)"}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("notifications received %+v, want [%+v]", got, want)
 	}
@@ -176,7 +176,7 @@ func TestPhonePairsOverLAN(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("a2a-text"), "device.info"),
 		chromedp.Click(chromedp.ID("a2a-btn")))
 	b.WaitJS("the task waiting for approval", `document.getElementById("task-state").textContent.startsWith("Waiting for approval on")`, 20*time.Second)
-	da := waitApprovalOf(t, node.approvals, app.KindDelegation, nil)
+	da := phWaitApproval(t, node.approvals, app.KindDelegation, nil)
 	if da.Peer != "Test phone" || da.Summary != "device.info" || da.TaskID == "" {
 		t.Fatalf("delegation approval %+v", da)
 	}
@@ -200,7 +200,7 @@ func TestPhonePairsOverLAN(t *testing.T) {
 	if title := phoneEval[string](b, `document.getElementById("problem-title").textContent`); title != "No longer paired" {
 		t.Errorf("after revocation the page says %q", title)
 	}
-	if gone := phoneEval[bool](b, `localStorage.getItem("meshtray.grant." + `+jsString(st.DeviceID)+`) === null`); !gone {
+	if gone := phoneEval[bool](b, `localStorage.getItem("meshtray.grant." + `+phJS(st.DeviceID)+`) === null`); !gone {
 		t.Errorf("the revoked token is still stored")
 	}
 	b.Screenshot("revoked")
@@ -219,13 +219,13 @@ func TestPhonePairsOverLAN(t *testing.T) {
 }
 
 // approvals lists the node's pending approvals.
-func (n *nsNode) approvals() ([]app.Approval, error) {
+func (n *phNode) approvals() ([]app.Approval, error) {
 	var as []app.Approval
 	err := n.API(http.MethodGet, "/approvals", nil, &as)
 	return as, err
 }
 
-func jsString(s string) string {
+func phJS(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }

@@ -4,15 +4,15 @@ package app_test
 
 // The phone lab: real parts for the phone page's end-to-end tests.
 //
-//   - labNet: two network namespaces joined by one veth pair, "laptop"
+//   - phLab: two network namespaces joined by one veth pair, "laptop"
 //     (10.77.0.1, where the node runs) and "phone" (10.77.0.2, where
 //     Chromium runs). Both ends are created inside the namespaces, so no
 //     packet of these tests ever reaches the machine's own interfaces.
-//   - nsNode: `meshtray serve` (this test binary, via apptest.Command) run
+//   - phNode: `meshtray serve` (this test binary, via apptest.Command) run
 //     under `ip netns exec`; the test reaches its loopback control API with
 //     a dialer that creates its sockets inside the namespace (setns(2) on a
 //     locked thread).
-//   - testNotifier: a test-side org.freedesktop.Notifications service on a
+//   - phNotifier: a test-side org.freedesktop.Notifications service on a
 //     private session bus, to see system.notify arrive.
 //   - phoneBrowser: Debian's chromium, headless, driven with chromedp over
 //     its DevTools pipe (fds 3 and 4, which `ip netns exec` passes on), so
@@ -50,9 +50,9 @@ import (
 // phoneNSPrefix names this file's namespaces: mtphone-<pid>-<seq>-{l,p}.
 const phoneNSPrefix = "mtphone-"
 
-// needProgram returns the path of a program the test needs, or fails with
+// phNeedProgram returns the path of a program the test needs, or fails with
 // the command that installs it (a missing tool must not skip a test).
-func needProgram(t testing.TB, name, debPackage string) string {
+func phNeedProgram(t testing.TB, name, debPackage string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
@@ -61,29 +61,29 @@ func needProgram(t testing.TB, name, debPackage string) string {
 	return p
 }
 
-// requireNetns skips when not root (network namespaces need it; CI runs as
+// phRequireNetns skips when not root (network namespaces need it; CI runs as
 // root) and fails when iproute2 is missing.
-func requireNetns(t testing.TB) {
+func phRequireNetns(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root (CI runs as root)")
 	}
-	needProgram(t, "ip", "iproute2")
+	phNeedProgram(t, "ip", "iproute2")
 }
 
-func runIP(t testing.TB, args ...string) {
+func phRunIP(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
-var phoneLeftovers sync.Once
+var phLeftovers sync.Once
 
-// removePhoneLeftovers deletes namespaces that a crashed earlier run of
+// phRemoveLeftovers deletes namespaces that a crashed earlier run of
 // these tests left (their pid is gone).
-func removePhoneLeftovers() {
-	phoneLeftovers.Do(func() {
+func phRemoveLeftovers() {
+	phLeftovers.Do(func() {
 		out, _ := exec.Command("ip", "netns", "list").Output()
 		for _, line := range strings.Split(string(out), "\n") {
 			name, _, _ := strings.Cut(line, " ")
@@ -102,36 +102,36 @@ func removePhoneLeftovers() {
 	})
 }
 
-var labSeq atomic.Int32
+var phLabSeq atomic.Int32
 
-// labNet is the laptop and phone namespaces of one test.
-type labNet struct {
+// phLab is the laptop and phone namespaces of one test.
+type phLab struct {
 	laptop, phone     string // namespace names
 	laptopIP, phoneIP string
 }
 
-func newLabNet(t testing.TB) *labNet {
+func newPhLab(t testing.TB) *phLab {
 	t.Helper()
-	requireNetns(t)
-	removePhoneLeftovers()
-	tag := fmt.Sprintf("%s%d-%d-", phoneNSPrefix, os.Getpid(), labSeq.Add(1))
-	l := &labNet{laptop: tag + "l", phone: tag + "p", laptopIP: "10.77.0.1", phoneIP: "10.77.0.2"}
+	phRequireNetns(t)
+	phRemoveLeftovers()
+	tag := fmt.Sprintf("%s%d-%d-", phoneNSPrefix, os.Getpid(), phLabSeq.Add(1))
+	l := &phLab{laptop: tag + "l", phone: tag + "p", laptopIP: "10.77.0.1", phoneIP: "10.77.0.2"}
 	t.Cleanup(func() {
 		exec.Command("ip", "netns", "del", l.laptop).Run()
 		exec.Command("ip", "netns", "del", l.phone).Run()
 	})
-	runIP(t, "netns", "add", l.laptop)
-	runIP(t, "netns", "add", l.phone)
-	runIP(t, "-n", l.laptop, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", l.phone)
+	phRunIP(t, "netns", "add", l.laptop)
+	phRunIP(t, "netns", "add", l.phone)
+	phRunIP(t, "-n", l.laptop, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", l.phone)
 	for _, side := range []struct{ ns, ip string }{{l.laptop, l.laptopIP}, {l.phone, l.phoneIP}} {
-		runIP(t, "-n", side.ns, "addr", "add", side.ip+"/24", "dev", "eth0")
-		runIP(t, "-n", side.ns, "link", "set", "eth0", "up")
-		runIP(t, "-n", side.ns, "link", "set", "lo", "up")
+		phRunIP(t, "-n", side.ns, "addr", "add", side.ip+"/24", "dev", "eth0")
+		phRunIP(t, "-n", side.ns, "link", "set", "eth0", "up")
+		phRunIP(t, "-n", side.ns, "link", "set", "lo", "up")
 	}
 	return l
 }
 
-// nsDialer returns a DialContext that creates its sockets inside network
+// phNSDialer returns a DialContext that creates its sockets inside network
 // namespace ns: the dial runs on a goroutine locked to its thread, which
 // enters ns (setns(2)), dials, and returns to its own namespace before
 // unlocking. The thread must survive: a child process started with
@@ -139,7 +139,7 @@ func newLabNet(t testing.TB) *labNet {
 // thread that forked it exits, and the Go runtime ends a thread whose
 // goroutine exits locked. If the way back fails, the thread stays locked
 // and ends, since it must never run other code inside ns.
-func nsDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func phNSDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type result struct {
 			c   net.Conn
@@ -179,14 +179,14 @@ func nsDialer(ns string) func(ctx context.Context, network, addr string) (net.Co
 	}
 }
 
-// nsHTTPClient is an HTTP client whose connections start inside ns. No
+// phNSClient is an HTTP client whose connections start inside ns. No
 // keep-alive: no idle connection outlives a request (goleak).
-func nsHTTPClient(ns string) *http.Client {
-	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: nsDialer(ns), DisableKeepAlives: true}}
+func phNSClient(ns string) *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: phNSDialer(ns), DisableKeepAlives: true}}
 }
 
-// nsNode is `meshtray serve` running inside a network namespace.
-type nsNode struct {
+// phNode is `meshtray serve` running inside a network namespace.
+type phNode struct {
 	t        testing.TB
 	ns       string
 	StateDir string
@@ -201,7 +201,7 @@ type nsNode struct {
 	done chan struct{}
 }
 
-type nsNodeOptions struct {
+type phNodeOptions struct {
 	Name     string
 	StateDir string   // default t.TempDir()
 	Config   string   // config.toml
@@ -209,21 +209,21 @@ type nsNodeOptions struct {
 	Port     int      // default 0: any free port
 }
 
-func (n *nsNode) Write(p []byte) (int, error) {
+func (n *phNode) Write(p []byte) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.logs.Write(p)
 }
 
 // Logs returns the node's output so far.
-func (n *nsNode) Logs() string {
+func (n *phNode) Logs() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.logs.String()
 }
 
-// startNSNode starts a node in ns and waits until its control API answers.
-func startNSNode(t testing.TB, ns string, o nsNodeOptions) *nsNode {
+// startPhNode starts a node in ns and waits until its control API answers.
+func startPhNode(t testing.TB, ns string, o phNodeOptions) *phNode {
 	t.Helper()
 	if o.StateDir == "" {
 		o.StateDir = t.TempDir()
@@ -237,8 +237,8 @@ func startNSNode(t testing.TB, ns string, o nsNodeOptions) *nsNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := needProgram(t, "ip", "iproute2")
-	n := &nsNode{t: t, ns: ns, StateDir: o.StateDir, hc: nsHTTPClient(ns), done: make(chan struct{})}
+	ip := phNeedProgram(t, "ip", "iproute2")
+	n := &phNode{t: t, ns: ns, StateDir: o.StateDir, hc: phNSClient(ns), done: make(chan struct{})}
 	args := []string{"serve", "--state-dir", o.StateDir, "--port", strconv.Itoa(o.Port), "--name", o.Name,
 		"--keychain", "os", "--log-level", "debug"}
 	n.cmd = apptest.Command(context.Background(), o.Env, args...)
@@ -282,7 +282,7 @@ func startNSNode(t testing.TB, ns string, o nsNodeOptions) *nsNode {
 
 // API calls the node's local control API as its owner (loopback inside the
 // namespace, control token). Non-2xx answers are *app.APIError.
-func (n *nsNode) API(method, path string, in, out any) error {
+func (n *phNode) API(method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -316,8 +316,37 @@ func (n *nsNode) API(method, path string, in, out any) error {
 	return json.Unmarshal(b, out)
 }
 
+// Command returns `meshtray args... --state-dir <node's>` run inside the
+// node's namespace (so it reaches the node's loopback control API).
+func (n *phNode) Command(ctx context.Context, args ...string) *exec.Cmd {
+	exe, _ := os.Executable()
+	args = append(args, "--state-dir", n.StateDir)
+	cmd := apptest.Command(ctx, nil, args...)
+	cmd.Path = phNeedProgram(n.t, "ip", "iproute2")
+	cmd.Args = append([]string{"ip", "netns", "exec", n.ns, exe}, args...)
+	return cmd
+}
+
+// CLI runs `meshtray args...` against the node and returns its result.
+func (n *phNode) CLI(args ...string) apptest.Result {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := n.Command(ctx, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		n.t.Fatalf("meshtray %v: %v", args, err)
+	}
+	return apptest.Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
 // MustAPI is API failing the test on error.
-func (n *nsNode) MustAPI(method, path string, in, out any) {
+func (n *phNode) MustAPI(method, path string, in, out any) {
 	n.t.Helper()
 	if err := n.API(method, path, in, out); err != nil {
 		n.t.Fatalf("%s %s: %v", method, path, err)
@@ -325,7 +354,7 @@ func (n *nsNode) MustAPI(method, path string, in, out any) {
 }
 
 // Stop sends SIGTERM and waits (15 s, then kills).
-func (n *nsNode) Stop() {
+func (n *phNode) Stop() {
 	select {
 	case <-n.done:
 		return
@@ -341,8 +370,8 @@ func (n *nsNode) Stop() {
 	}
 }
 
-// waitApprovalOf polls the node's approvals until one of kind matches.
-func waitApprovalOf(t testing.TB, list func() ([]app.Approval, error), kind app.ApprovalKind, match func(app.Approval) bool) app.Approval {
+// phWaitApproval polls the node's approvals until one of kind matches.
+func phWaitApproval(t testing.TB, list func() ([]app.Approval, error), kind app.ApprovalKind, match func(app.Approval) bool) app.Approval {
 	t.Helper()
 	var found app.Approval
 	apptest.WaitFor(t, 30*time.Second, "a pending "+string(kind)+" approval", func() bool {
@@ -361,46 +390,46 @@ func waitApprovalOf(t testing.TB, list func() ([]app.Approval, error), kind app.
 	return found
 }
 
-// notification is one Notify call the test service received.
-type notification struct {
+// phNotification is one Notify call the test service received.
+type phNotification struct {
 	AppName, Summary, Body string
 }
 
-// testNotifier is a test-side org.freedesktop.Notifications service
+// phNotifier is a test-side org.freedesktop.Notifications service
 // (Desktop Notifications Specification 1.2).
-type testNotifier struct {
+type phNotifier struct {
 	mu  sync.Mutex
-	got []notification
+	got []phNotification
 }
 
-func (s *testNotifier) GetCapabilities() ([]string, *dbus.Error) { return []string{"body"}, nil }
+func (s *phNotifier) GetCapabilities() ([]string, *dbus.Error) { return []string{"body"}, nil }
 
-func (s *testNotifier) GetServerInformation() (string, string, string, string, *dbus.Error) {
+func (s *phNotifier) GetServerInformation() (string, string, string, string, *dbus.Error) {
 	return "meshtray-phone-test", "meshtray", "1", "1.2", nil
 }
 
-func (s *testNotifier) Notify(appName string, replacesID uint32, icon, summary, body string, actions []string, hints map[string]dbus.Variant, expire int32) (uint32, *dbus.Error) {
+func (s *phNotifier) Notify(appName string, replacesID uint32, icon, summary, body string, actions []string, hints map[string]dbus.Variant, expire int32) (uint32, *dbus.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.got = append(s.got, notification{appName, summary, body})
+	s.got = append(s.got, phNotification{appName, summary, body})
 	return uint32(len(s.got)), nil
 }
 
-func (s *testNotifier) Received() []notification {
+func (s *phNotifier) Received() []phNotification {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]notification(nil), s.got...)
+	return append([]phNotification(nil), s.got...)
 }
 
-// serveTestNotifier exports a testNotifier on the bus at addr.
-func serveTestNotifier(t testing.TB, addr string) *testNotifier {
+// servePhNotifier exports a phNotifier on the bus at addr.
+func servePhNotifier(t testing.TB, addr string) *phNotifier {
 	t.Helper()
 	conn, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatalf("connect to the test session bus: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	s := &testNotifier{}
+	s := &phNotifier{}
 	const path, iface = dbus.ObjectPath("/org/freedesktop/Notifications"), "org.freedesktop.Notifications"
 	if err := conn.Export(s, path, iface); err != nil {
 		t.Fatal(err)
@@ -412,10 +441,10 @@ func serveTestNotifier(t testing.TB, addr string) *testNotifier {
 	return s
 }
 
-// phoneDevice is the emulated phone: a Pixel-7-sized Android Chrome.
-type phoneDevice struct{}
+// phDevice is the emulated phone: a Pixel-7-sized Android Chrome.
+type phDevice struct{}
 
-func (phoneDevice) Device() device.Info {
+func (phDevice) Device() device.Info {
 	return device.Info{
 		Name:      "Android phone",
 		UserAgent: "Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Mobile Safari/537.36",
@@ -440,7 +469,7 @@ type phoneBrowser struct {
 // browser is stopped at cleanup.
 func startPhone(t testing.TB, ns string) *phoneBrowser {
 	t.Helper()
-	chromium := needProgram(t, "chromium", "chromium")
+	chromium := phNeedProgram(t, "chromium", "chromium")
 	home := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
@@ -467,7 +496,7 @@ func startPhone(t testing.TB, ns string) *phoneBrowser {
 		chromedp.Env("HOME="+home, "PATH="+os.Getenv("PATH"), "LANG=C.UTF-8", "TZ=UTC", "DBUS_SESSION_BUS_ADDRESS=disabled:"),
 	}
 	if ns != "" {
-		ip := needProgram(t, "ip", "iproute2")
+		ip := phNeedProgram(t, "ip", "iproute2")
 		opts = append(opts,
 			// The node's certificate is self-signed; the test compares its
 			// fingerprint through DevTools instead.
@@ -487,7 +516,7 @@ func startPhone(t testing.TB, ns string) *phoneBrowser {
 		cancelTab()
 		cancelAlloc()
 	})
-	if err := chromedp.Do(ctx, chromedp.Emulate(phoneDevice{})); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Emulate(phDevice{})); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return &phoneBrowser{t: t, ctx: ctx, shots: t.ArtifactDir()}

@@ -23,20 +23,20 @@ import (
 // context for WebCrypto), so every packet stays inside that namespace.
 type phoneEnv struct {
 	t    *testing.T
-	lab  *labNet
-	node *nsNode
+	lab  *phLab
+	node *phNode
 	b    *phoneBrowser
 	ps   app.PairingSession
 	url  string // the loopback pairing URL (code and fingerprint in the fragment)
 }
 
-const statesDevice = "Bo’s desktop"
+const phStatesDevice = "Bo’s desktop"
 
 func newPhoneEnv(t *testing.T) *phoneEnv {
 	t.Helper()
-	lab := newLabNet(t)
+	lab := newPhLab(t)
 	e := &phoneEnv{t: t, lab: lab}
-	e.node = startNSNode(t, lab.laptop, nsNodeOptions{Name: statesDevice, Config: "tailscale = false\n"})
+	e.node = startPhNode(t, lab.laptop, phNodeOptions{Name: phStatesDevice, Config: "tailscale = false\n"})
 	e.b = startPhone(t, lab.laptop)
 	e.newSession()
 	return e
@@ -71,7 +71,7 @@ func (e *phoneEnv) claim() {
 
 func (e *phoneEnv) pairingApproval() app.Approval {
 	e.t.Helper()
-	return waitApprovalOf(e.t, e.node.approvals, app.KindPairing, nil)
+	return phWaitApproval(e.t, e.node.approvals, app.KindPairing, nil)
 }
 
 func (e *phoneEnv) decide(id, decision string, scopes ...pairing.Scope) {
@@ -81,7 +81,7 @@ func (e *phoneEnv) decide(id, decision string, scopes ...pairing.Scope) {
 
 func (e *phoneEnv) text(id string) string {
 	e.t.Helper()
-	return phoneEval[string](e.b, `document.getElementById(`+jsString(id)+`).textContent`)
+	return phoneEval[string](e.b, `document.getElementById(`+phJS(id)+`).textContent`)
 }
 
 func (e *phoneEnv) problem(title string) {
@@ -292,7 +292,7 @@ func TestPhonePageStates(t *testing.T) {
 			e.b.Screenshot("lost-contact")
 			// The node comes back (same state dir and port) without the
 			// request: the page says so instead of waiting forever.
-			e.node = startNSNode(t, e.lab.laptop, nsNodeOptions{Name: statesDevice, StateDir: e.node.StateDir, Port: port})
+			e.node = startPhNode(t, e.lab.laptop, phNodeOptions{Name: phStatesDevice, StateDir: e.node.StateDir, Port: port})
 			e.problem("Request no longer known")
 			e.b.Screenshot("unknown-request")
 		}},
@@ -303,7 +303,7 @@ func TestPhonePageStates(t *testing.T) {
 				chromedp.SendKeys(chromedp.ID("send-text"), "hello"),
 				chromedp.Click(chromedp.ID("notify-btn")))
 			e.b.Visible("paused", 20*time.Second)
-			if phoneEval[bool](e.b, `localStorage.getItem("meshtray.grant." + `+jsString(e.ps.DeviceID)+`) === null`) {
+			if phoneEval[bool](e.b, `localStorage.getItem("meshtray.grant." + `+phJS(e.ps.DeviceID)+`) === null`) {
 				t.Error("a paused grant was forgotten")
 			}
 			e.b.Screenshot("paused")
