@@ -275,7 +275,7 @@ func TestRebindingAndCrossSiteOnEveryRoute(t *testing.T) {
 		{"POST", "/mesh/peers", `{}`, owner, 400},
 		{"POST", "/pair/sessions", "", owner, 201},
 		{"POST", "/pair/join", `{}`, owner, 200}, // NDJSON: the error is a line of the answer
-		{"GET", "/status", "", grant, 200}, // a full grant reaches the admin surface
+		{"GET", "/status", "", grant, 200},       // a full grant reaches the admin surface
 		{"GET", "/nodes/manifest", "", grant, 200},
 		{"POST", "/nodes/invoke", `{"capability":"nope"}`, grant, 404},
 		{"POST", "/a2a/v1", `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"nope"}}`, grant, 200},
