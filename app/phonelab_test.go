@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/device"
 	"github.com/godbus/dbus/v5"
@@ -353,6 +354,13 @@ func (n *phNode) MustAPI(method, path string, in, out any) {
 	}
 }
 
+// Kill ends the node at once (SIGKILL): a crash, or a laptop that drops off
+// the network, with no chance to answer anyone.
+func (n *phNode) Kill() {
+	n.cmd.Process.Kill()
+	<-n.done
+}
+
 // Stop sends SIGTERM and waits (15 s, then kills).
 func (n *phNode) Stop() {
 	select {
@@ -519,7 +527,34 @@ func startPhone(t testing.TB, ns string) *phoneBrowser {
 	if err := chromedp.Do(ctx, chromedp.Emulate(phDevice{})); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	// Record, in every page, what the Content-Security-Policy blocked and
+	// any uncaught error: CheckClean fails the test on either. DevTools
+	// injects this script, so the CSP does not apply to it.
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+window.__meshtrayTest = {csp: [], errors: []};
+document.addEventListener("securitypolicyviolation", (e) => window.__meshtrayTest.csp.push(e.violatedDirective + " " + e.blockedURI));
+window.addEventListener("error", (e) => window.__meshtrayTest.errors.push(String(e.message)));
+window.addEventListener("unhandledrejection", (e) => window.__meshtrayTest.errors.push(String(e.reason)));
+`}); err != nil {
+		t.Fatalf("DevTools Page.addScriptToEvaluateOnNewDocument: %v", err)
+	}
 	return &phoneBrowser{t: t, ctx: ctx, shots: t.ArtifactDir()}
+}
+
+// CheckClean fails the test if the page broke its CSP or threw.
+func (b *phoneBrowser) CheckClean() {
+	b.t.Helper()
+	var got struct{ CSP, Errors []string }
+	raw := phoneEval[string](b, `JSON.stringify(window.__meshtrayTest ? {CSP: window.__meshtrayTest.csp, Errors: window.__meshtrayTest.errors} : {CSP: ["no recorder"], Errors: []})`)
+	if err := json.Unmarshal([]byte(raw), &got); err != nil {
+		b.t.Fatal(err)
+	}
+	if len(got.CSP) > 0 {
+		b.t.Errorf("the page broke its Content-Security-Policy: %v", got.CSP)
+	}
+	if len(got.Errors) > 0 {
+		b.t.Errorf("the page threw: %v", got.Errors)
+	}
 }
 
 // Do runs actions, failing the test on error.
@@ -576,6 +611,9 @@ func (b *phoneBrowser) Text() string {
 // directory (go test -artifacts keeps them under -outputdir).
 func (b *phoneBrowser) Screenshot(name string) string {
 	b.t.Helper()
+	if !strings.HasPrefix(name, "timeout-") {
+		b.CheckClean()
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
@@ -286,8 +287,10 @@ func TestPhonePageStates(t *testing.T) {
 			e.claim()
 			e.b.Visible("view-sas", 20*time.Second)
 			e.pairingApproval()
+			// The node dies (a clean stop would refuse the pending request,
+			// which the page rightly shows as declined).
 			port := e.node.Port
-			e.node.Stop()
+			e.node.Kill()
 			e.b.WaitJS("the lost-contact notice", `document.getElementById("banner").textContent.startsWith("Lost contact")`, 20*time.Second)
 			e.b.Screenshot("lost-contact")
 			// The node comes back (same state dir and port) without the
@@ -334,6 +337,21 @@ func TestPhonePageStates(t *testing.T) {
 				t.Error("the loopback page is not a secure context: WebCrypto is missing")
 			}
 			e.b.Screenshot("loopback")
+			// Every field has a label (screen readers name it).
+			if unlabeled := phoneEval[[]string](e.b, `[...document.querySelectorAll("input, textarea")].filter(x => x.labels.length === 0).map(x => x.id)`); len(unlabeled) > 0 {
+				t.Errorf("fields without a label: %v", unlabeled)
+			}
+			// The dark scheme, paired.
+			if _, err := chromedp.Call(e.b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+				t.Fatal(err)
+			}
+			e.claim()
+			e.b.Visible("view-sas", 20*time.Second)
+			e.b.Screenshot("dark-sas")
+			e.decide(e.pairingApproval().ID, app.DecisionApprove, pairing.ScopeAgent, pairing.ScopeNode)
+			e.b.Visible("view-remote", 40*time.Second)
+			e.b.WaitJS("the manifest", `document.querySelectorAll("#caps li").length > 0`, 20*time.Second)
+			e.b.Screenshot("dark-remote")
 		}},
 	}
 	for _, tc := range tests {
