@@ -8,35 +8,18 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"fyne.io/systray"
 	"github.com/a2aproject/a2a-go/a2a"
 
 	"meshtray/app"
 	"meshtray/app/apptest"
-	"meshtray/assets"
 )
-
-// envBareSystray makes this test binary the benchmark's reference: a bare
-// fyne.io/systray app with one menu item and nothing else.
-const envBareSystray = "MESHTRAY_TRAYTEST_BARE"
-
-func init() {
-	if os.Getenv(envBareSystray) != "1" {
-		return
-	}
-	systray.SetTitle("bare")
-	systray.Run(func() {
-		systray.SetIcon(assets.IconNormal)
-		systray.AddMenuItem("Quit", "")
-	}, nil)
-	os.Exit(0)
-}
 
 // TestBenchTray is the tray's benchmark (issue 6 §5), run by
 // .ci/bench-tray.sh (make bench):
@@ -63,6 +46,21 @@ func TestBenchTray(t *testing.T) {
 		idle = d
 	}
 	d := startDesktop(t, true)
+	// The real programs: meshtray as main.go builds it, and the reference
+	// from testdata/baresystray.
+	bin := t.TempDir()
+	for _, b := range [][2]string{{"meshtray", "meshtray"}, {"bare", "./testdata/baresystray"}} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, b[0]), b[1]).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b[1], err, out)
+		}
+	}
+	meshtrayBin, bareBin := filepath.Join(bin, "meshtray"), filepath.Join(bin, "bare")
+	startMeshtray := func() *trayProc {
+		dir := t.TempDir()
+		return startProc(t, "meshtray", d.env(), dir, []string{meshtrayBin, "--state-dir", dir, "--port", "0",
+			"--keychain", "file", "--name", "bench-laptop"})
+	}
+	startBare := func() *trayProc { return startProc(t, "bare", d.env(), "", []string{bareBin}) }
 
 	// Start to registered: each start is a new process on a fresh state
 	// dir; the watcher's registration time is taken when it arrives.
@@ -75,9 +73,9 @@ func TestBenchTray(t *testing.T) {
 			start := time.Now()
 			var p *trayProc
 			if bare {
-				p = startProc(t, "bare", d.env(envBareSystray+"=1"), "", []string{os.Args[0]})
+				p = startBare()
 			} else {
-				p = startTrayCmd(t, d.env(), t.TempDir(), nil)
+				p = startMeshtray()
 			}
 			deadline := time.Now().Add(30 * time.Second)
 			for {
@@ -101,9 +99,9 @@ func TestBenchTray(t *testing.T) {
 	regBare := startToReg(true)
 
 	// Idle: both running at once, measured over the same window.
-	tray := startTrayCmd(t, d.env(), t.TempDir(), nil)
+	tray := startMeshtray()
 	c := tray.client(t)
-	bare := startProc(t, "bare", d.env(envBareSystray+"=1"), "", []string{os.Args[0]})
+	bare := startBare()
 	time.Sleep(5 * time.Second) // settle: first menu reads, discovery start
 	t0 := time.Now()
 	cpuTray0, cpuBare0 := cpuTicks(t, tray.cmd.Process.Pid), cpuTicks(t, bare.cmd.Process.Pid)
@@ -113,6 +111,9 @@ func TestBenchTray(t *testing.T) {
 	cpuBare := float64(cpuTicks(t, bare.cmd.Process.Pid)-cpuBare0) / clkTck / el * 100
 	rssTray, hwmTray := rss(t, tray.cmd.Process.Pid)
 	rssBare, hwmBare := rss(t, bare.cmd.Process.Pid)
+	anonTray, fileTray := rssParts(t, tray.cmd.Process.Pid)
+	anonBare, fileBare := rssParts(t, bare.cmd.Process.Pid)
+	binTray, binBare := fileMB(meshtrayBin), fileMB(bareBin)
 
 	// Popup latency, cold (the popup starts the UI process) and warm (the
 	// UI process already shows the devices window).
@@ -154,7 +155,7 @@ func TestBenchTray(t *testing.T) {
 	// The tray starts the UI process only for its own clicks and new
 	// approvals; here the test asks for the window, so start it as the
 	// tray would.
-	ui := exec.Command(os.Args[0], "ui", "--state-dir", dir)
+	ui := exec.Command(meshtrayBin, "ui", "--state-dir", dir)
 	ui.Env = d.env()
 	if err := ui.Start(); err != nil {
 		t.Fatal(err)
@@ -169,6 +170,9 @@ func TestBenchTray(t *testing.T) {
 	fmt.Printf("%-34s %18s %18s %10s\n", "", "meshtray tray+node", "bare systray (ref)", "target")
 	fmt.Printf("%-34s %17.3f%% %17.3f%% %10s\n", fmt.Sprintf("idle CPU over %v", idle.Round(time.Second)), cpuTray, cpuBare, "<= 0.1 %")
 	fmt.Printf("%-34s %15.1f MB %15.1f MB %10s\n", "RSS after idle", rssTray, rssBare, "<= 40 MB")
+	fmt.Printf("%-34s %15.1f MB %15.1f MB\n", "  of which anonymous (heap, stacks)", anonTray, anonBare)
+	fmt.Printf("%-34s %15.1f MB %15.1f MB\n", "  of which file pages (binary, libs)", fileTray, fileBare)
+	fmt.Printf("%-34s %15.1f MB %15.1f MB\n", "binary size", binTray, binBare)
 	fmt.Printf("%-34s %15.1f MB %15.1f MB\n", "peak RSS (VmHWM)", hwmTray, hwmBare)
 	fmt.Printf("%-34s %18s %18s\n", "start to registered, median of 5", med(regTray), med(regBare))
 	fmt.Printf("%-34s %18s %18s\n", "start to registered, max", slices.Max(regTray).Round(time.Millisecond), slices.Max(regBare).Round(time.Millisecond))
@@ -199,6 +203,28 @@ func cpuTicks(t *testing.T, pid int) int64 {
 	return sum
 }
 
+// rssParts returns RssAnon and RssFile of pid in MB: the heap and stacks,
+// and the pages of the binary and libraries mapped in (clean, shared with
+// the page cache, reclaimable).
+func rssParts(t *testing.T, pid int) (anon, file float64) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		switch k {
+		case "RssAnon":
+			anon = kb / 1024
+		case "RssFile":
+			file = kb / 1024
+		}
+	}
+	return anon, file
+}
+
 // rss returns VmRSS and VmHWM of pid in MB.
 func rss(t *testing.T, pid int) (cur, peak float64) {
 	t.Helper()
@@ -223,6 +249,14 @@ func rss(t *testing.T, pid int) (cur, peak float64) {
 func uiProcs(pid int) int {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
 	return len(strings.Fields(string(b)))
+}
+
+func fileMB(p string) float64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return float64(fi.Size()) / (1 << 20)
 }
 
 func med(ds []time.Duration) time.Duration {
