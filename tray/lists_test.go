@@ -2,6 +2,9 @@ package tray
 
 import (
 	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +28,21 @@ func labelTexts(root fyne.CanvasObject) string {
 		}
 	})
 	return b.String()
+}
+
+// capture saves what the test driver renders of w under the test's
+// artifact dir (go test -artifacts keeps it), to look at.
+func capture(t *testing.T, w fyne.Window, name string) {
+	t.Helper()
+	img := w.Canvas().Capture()
+	f, err := os.Create(filepath.Join(t.ArtifactDir(), name+".png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func containsObj(root fyne.CanvasObject, o fyne.CanvasObject) bool {
@@ -103,11 +121,14 @@ func TestPeersAndManifestViews(t *testing.T) {
 	pv := newPeersView(func(p mesh.Peer) { opened = append(opened, p.ID) })
 	now := time.Now()
 	pv.now = func() time.Time { return now }
-	test.NewTempWindow(t, pv.root)
+	pw := test.NewTempWindow(t, pv.root)
+	pw.Resize(fyne.NewSize(580, 300))
 	pv.set([]mesh.Peer{
 		{ID: "AAAAAAAAAA", Name: "desk", OS: "Windows 11 (AMD64)", Online: true, Paired: true, A2A: true,
 			Sources: []mesh.Source{mesh.SourceMDNS, mesh.SourceTailscale}, LastSeen: now},
+		{ID: "BBBBBBBBBB", Name: "old-laptop", OS: "macOS 15.1 (arm64)", Sources: []mesh.Source{mesh.SourceTailscale}, LastSeen: now.Add(-3 * time.Hour)},
 	})
+	capture(t, pw, "peers")
 	if txt := labelTexts(pv.root); !strings.Contains(txt, "Windows 11 (AMD64) · seen via LAN, tailnet · just now") {
 		t.Errorf("peer row:\n%s", txt)
 	}
@@ -141,7 +162,8 @@ func TestPeersAndManifestViews(t *testing.T) {
 	// A peer's manifest is read-only.
 	var sentTexts []string
 	peer := newPeerView(func(text string) { sentTexts = append(sentTexts, text) })
-	test.NewTempWindow(t, peer.root)
+	peerWin := test.NewTempWindow(t, peer.root)
+	peerWin.Resize(fyne.NewSize(580, 700))
 	peer.set(mesh.Peer{ID: "AAAAAAAAAA", Name: "desk", OS: "Windows 11 (AMD64)", Online: true, Sources: []mesh.Source{mesh.SourceMDNS},
 		Addrs: map[mesh.Source][]string{mesh.SourceMDNS: {"192.0.2.7:47654"}}}, &nodes.Manifest{Capabilities: []nodes.Capability{
 		{Name: "clipboard.read", Effects: nodes.EffectRead, Approval: pairing.PolicyAsk, Available: true}}}, "")
@@ -174,6 +196,7 @@ func TestPeersAndManifestViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	peer.setTasks(ts)
+	capture(t, peerWin, "peer")
 	if txt := labelTexts(peer.root); !strings.Contains(txt, "desk: 16 GiB free") || !strings.Contains(txt, "run device.info") {
 		t.Errorf("task not shown:\n%s", txt)
 	}

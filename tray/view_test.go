@@ -46,7 +46,7 @@ func button(t *testing.T, root fyne.CanvasObject, text string) *widget.Button {
 	t.Helper()
 	var found *widget.Button
 	walk(root, func(o fyne.CanvasObject) {
-		if b, ok := o.(*widget.Button); ok && b.Text == text && b.Visible() {
+		if b, ok := o.(*widget.Button); ok && found == nil && b.Text == text && b.Visible() {
 			found = b
 		}
 	})
