@@ -311,8 +311,18 @@ func (f *ForwardExecutor) Check(ctx context.Context) (ForwardStatus, error) {
 	return f.Status(), err
 }
 
-func (f *ForwardExecutor) label() string {
-	return "the agent this device forwards to (" + f.u.Host + ")"
+// label names the upstream in errors. Callers see these errors in their
+// failed tasks, so they never carry its address (the owner's log does).
+func (f *ForwardExecutor) label() string { return "the agent this device forwards to" }
+
+// callerError is what the caller reads of an upstream failure; the owner's
+// log gets the whole error and the upstream URL.
+func (f *ForwardExecutor) callerError(task a2a.TaskID, err error) string {
+	f.log.Warn("forwarded task failed", "task", task, "upstream", f.u.Redacted(), "err", err)
+	if errors.Is(err, ErrAgentUnauthorized) {
+		return "the agent this device forwards to refused its token; the owner of this device sets one with `meshtray forward token`"
+	}
+	return err.Error()
 }
 
 // open returns a remote for the upstream, its card verified within CardTTL.
@@ -415,7 +425,7 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *Execution) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		ex.Fail(err.Error())
+		ex.Fail(f.callerError(ex.TaskID(), err))
 		return nil
 	}
 	defer rem.Close()
@@ -472,7 +482,7 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *Execution) error {
 		return ctx.Err()
 	}
 	if err != nil {
-		ex.Fail(fmt.Sprintf("lost %s: %v", f.label(), err))
+		ex.Fail(f.callerError(ex.TaskID(), err))
 		return nil
 	}
 	text, parts := splitMessage(out.msg)

@@ -280,6 +280,9 @@ func TestForwardRefusalsAndFailures(t *testing.T) {
 		if task.Status.State != a2a.TaskStateFailed || !strings.Contains(text(task.Status.Message), "unreachable") {
 			t.Fatalf("task %s %q", task.Status.State, text(task.Status.Message))
 		}
+		if _, port, _ := net.SplitHostPort(strings.TrimPrefix(dead, "http://")); strings.Contains(text(task.Status.Message), port) {
+			t.Fatalf("the caller learns the upstream's address: %q", text(task.Status.Message))
+		}
 		if st := fw.Status(); st.Ready || !strings.Contains(st.Problem, "unreachable") {
 			t.Fatalf("status %+v", st)
 		}
@@ -290,7 +293,8 @@ func TestForwardRefusalsAndFailures(t *testing.T) {
 		up := newUpstream(t, upstreamOpts{token: "right"})
 		env, _ := forwardEnv(t, up, approveAll{}, ForwardOptions{Token: func() string { return "wrong" }})
 		task := sendTask(t, ctx, env.client(t, tokA), userMsg("echo x"))
-		if task.Status.State != a2a.TaskStateFailed || !strings.Contains(text(task.Status.Message), "HTTP 401") {
+		if task.Status.State != a2a.TaskStateFailed || !strings.Contains(text(task.Status.Message), "refused its token") ||
+			!strings.Contains(text(task.Status.Message), "meshtray forward token") {
 			t.Fatalf("task %s %q", task.Status.State, text(task.Status.Message))
 		}
 	})

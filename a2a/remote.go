@@ -538,8 +538,11 @@ func classify(name string, peer bool, err error) error {
 		return &AgentError{Agent: name, Kind: kind, Detail: fmt.Sprintf(format, args...), Err: err}
 	}
 	what := "agent " + quote(name)
-	if peer {
+	switch {
+	case peer:
 		what = "device " + quote(name)
+	case strings.HasPrefix(name, "the "): // a description, not a name
+		what = name
 	}
 	var se *statusError
 	var a2aErr *a2a.Error
