@@ -830,3 +830,60 @@ func TestAgentErrorsNeverCarryTheToken(t *testing.T) {
 		}
 	}
 }
+
+func TestMessageInput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		in    MessageInput
+		kinds string // part kinds in order, or "" for an error
+		req   string // requestLine
+	}{
+		{"text", MessageInput{Text: "hello\nworld"}, "text", "hello"},
+		{"data", MessageInput{Data: map[string]any{"capability": "device.info"}}, "data", `{"capability":"device.info"}`},
+		{"all three", MessageInput{Text: "see file", Data: map[string]any{"k": 1}, File: &FileInput{Name: "/home/me/notes.txt", Bytes: []byte("hi")}}, "text,data,file", "see file"},
+		{"file only", MessageInput{File: &FileInput{Name: "photo.png", Bytes: []byte{0x89, 'P', 'N', 'G'}}}, "file", "[file photo.png]"},
+		{"blank text", MessageInput{Text: "  \n "}, "", ""},
+		{"nothing", MessageInput{}, "", ""},
+		{"file too big", MessageInput{File: &FileInput{Name: "big.bin", Bytes: make([]byte, MaxFileBytes+1)}}, "", ""},
+		{"text too long", MessageInput{Text: strings.Repeat("x", MaxMessageText+1)}, "", ""},
+		{"not utf-8", MessageInput{Text: "\xff\xfe"}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := tc.in.message()
+			if tc.kinds == "" {
+				if !errors.Is(err, ErrInvalidInput) {
+					t.Fatalf("message() = %v, want ErrInvalidInput", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			for _, p := range m.Parts {
+				switch v := p.(type) {
+				case a2a.TextPart:
+					kinds = append(kinds, "text")
+				case a2a.DataPart:
+					kinds = append(kinds, "data")
+				case a2a.FilePart:
+					kinds = append(kinds, "file")
+					fb := v.File.(a2a.FileBytes)
+					if strings.Contains(fb.Name, "/") || fb.MimeType == "" || fb.Bytes == "" {
+						t.Fatalf("file part %+v", fb)
+					}
+					if tc.name == "file only" && fb.MimeType != "image/png" {
+						t.Fatalf("mime %q", fb.MimeType)
+					}
+				}
+			}
+			if strings.Join(kinds, ",") != tc.kinds || m.Role != a2a.MessageRoleUser || m.ID == "" {
+				t.Fatalf("parts %v, message %+v", kinds, m)
+			}
+			if got := requestLine(tc.in); got != tc.req {
+				t.Fatalf("requestLine = %q, want %q", got, tc.req)
+			}
+		})
+	}
+}
