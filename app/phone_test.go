@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -54,12 +55,15 @@ func TestPhonePairsOverLAN(t *testing.T) {
 	}
 	t.Cleanup(func() { bus.Stop() })
 	notes := servePhNotifier(t, bus.Addr())
+	// A desktop for clipboard.write: a private X server and xclip.
+	display := phXvfb(t)
+	phNeedProgram(t, "xclip", "xclip")
 
 	const laptopName = "Ada’s laptop"
 	node := startPhNode(t, lab.laptop, phNodeOptions{
 		Name:   laptopName,
 		Config: "tailscale = false\n",
-		Env:    []string{"DBUS_SESSION_BUS_ADDRESS=" + bus.Addr()},
+		Env:    []string{"DBUS_SESSION_BUS_ADDRESS=" + bus.Addr(), "DISPLAY=" + display},
 	})
 	var st app.Status
 	node.MustAPI("POST", "/config", map[string]any{"lan": true}, nil)
@@ -170,6 +174,20 @@ func TestPhonePairsOverLAN(t *testing.T) {
 		t.Fatalf("notifications received %+v, want [%+v]", got, want)
 	}
 	b.Screenshot("notified")
+
+	// "Copy to its clipboard": clipboard.write, asked too.
+	b.Do("copy to the clipboard", chromedp.Click(chromedp.ID("clip-btn")))
+	ca = phWaitApproval(t, node.approvals, app.KindCapability, nil)
+	if !strings.HasPrefix(ca.Summary, "clipboard.write") {
+		t.Fatalf("capability approval %+v, want clipboard.write", ca)
+	}
+	node.MustAPI("POST", "/approvals/"+ca.ID, app.ApprovalDecision{Decision: app.DecisionApprove}, nil)
+	b.WaitJS("the text copied", `document.getElementById("send-result").textContent.startsWith("✓ Copied")`, 20*time.Second)
+	out, err := exec.Command("xclip", "-display", display, "-out", "-selection", "clipboard").Output()
+	if err != nil || string(out) != "Dinner at 8\nBring the good bread" {
+		t.Errorf("the laptop's clipboard holds %q (%v)", out, err)
+	}
+	b.Screenshot("copied")
 
 	// 5. An A2A message: waits for the owner, then runs and completes.
 	b.Do("send an A2A message",

@@ -19,6 +19,7 @@ package app_test
 //     the browser needs no debugging port in any namespace.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -246,6 +247,9 @@ func startPhNode(t testing.TB, ns string, o phNodeOptions) *phNode {
 	n.cmd.Path = ip
 	n.cmd.Args = append([]string{"ip", "netns", "exec", ns, exe}, args...)
 	n.cmd.Stdout, n.cmd.Stderr = n, n
+	// Die with the test binary, even when a timeout panic skips cleanups
+	// (`ip netns exec` execs the node, which keeps the signal).
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		t.Fatalf("start node in %s: %v", ns, err)
 	}
@@ -447,6 +451,37 @@ func servePhNotifier(t testing.TB, addr string) *phNotifier {
 		t.Fatalf("own %s: %v %v", iface, reply, err)
 	}
 	return s
+}
+
+// phXvfb starts a private X server (display number chosen by Xvfb itself,
+// -displayfd; no TCP) and returns its DISPLAY. Clients in a network
+// namespace reach it through its socket file in /tmp/.X11-unix. It is
+// stopped at cleanup, which also ends the xclip that serves a selection.
+func phXvfb(t testing.TB) string {
+	t.Helper()
+	bin := phNeedProgram(t, "Xvfb", "xvfb")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(bin, "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x240x24")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	r.SetReadDeadline(time.Now().Add(20 * time.Second))
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("Xvfb did not report its display: %v", err)
+	}
+	return ":" + strings.TrimSpace(line)
 }
 
 // phDevice is the emulated phone: a Pixel-7-sized Android Chrome.
