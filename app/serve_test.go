@@ -335,7 +335,7 @@ func TestControlSurfaceDefences(t *testing.T) {
 	}
 	cases := []struct {
 		name, method, path, host, origin, token string
-		want                                     int
+		want                                    int
 	}{
 		{"owner", "GET", "/status", "", "", d.Token, 200},
 		{"no token", "GET", "/status", "", "", "", 401},
