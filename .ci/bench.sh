@@ -13,6 +13,12 @@ section() { printf '\n==== %s ====\n' "$1"; }
 section "A2A: meshtray vs a2a-go's a2asrv (message/send, message/stream, memory)"
 go test -count=1 -run '^TestBenchReport$' -v ./a2a | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
 
+section "Delegating out and forwarding: meshtray vs a bare a2a-go client / calling the agent directly"
+go test -count=1 -run '^$' -bench 'Outbound|Forward' -benchmem ./a2a | grep -E '^(Benchmark|ok)'
+
+section "Node capabilities: device.info and a do-nothing capability, in process and over HTTP"
+go test -count=1 -run '^$' -bench . -benchmem ./nodes | grep -E '^(Benchmark|ok)'
+
 section "Grant authentication and the auth middleware (per request)"
 go test -count=1 -run '^$' -bench 'BenchmarkAuthenticate|BenchmarkRequire' -benchmem ./pairing | grep -E '^(Benchmark|ok)'
 
