@@ -128,6 +128,12 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 	}
 	_, err := n.approvals.Post(a, func(d ApprovalDecision) {
 		if !d.Approved() {
+			// Only a person denies a pairing. A timeout or shutdown leaves
+			// the request to the pairer, which reports it expired: the
+			// claimant must not read "declined by the owner".
+			if !d.ByOwner {
+				return
+			}
 			if _, err := n.pairer.Decide(r.ID, false, nil); err != nil {
 				n.log.Debug("pairing denial not delivered", "err", err)
 			}

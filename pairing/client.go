@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -241,6 +242,17 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 			return JoinResult{}, err
 		}
 		log.Warn("no fingerprint given: trusting the certificate seen on first contact; compare the verification code on both screens", "fp", shortFP(fp))
+	} else if strings.HasPrefix(base, "http://") {
+		// Plain HTTP (loopback) has no TLS pin: compare the fingerprint the
+		// peer states with the expected one first, so a peer that re-created
+		// its identity is reported as such, not as a bad claim signature.
+		seen, err := lookAtIssuer(ctx, base)
+		if err != nil {
+			return JoinResult{}, err
+		}
+		if seen != fp {
+			return JoinResult{}, &PinError{Expected: fp, Got: seen}
+		}
 	}
 	c, err := peerClient(base, fp)
 	if err != nil {
@@ -320,11 +332,18 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 	return res, nil
 }
 
+// maxRefused is how many connection refusals in a row end a status poll:
+// the other device's process is gone, and the request (kept in its memory)
+// with it.
+const maxRefused = 3
+
 // pollStatus long-polls GET /pair/status until a decision. Network errors
-// are retried (2 s apart) until the request's expiry; ctx bounds it all.
+// are retried (2 s apart) until the request's expiry, except repeated
+// connection refusals (maxRefused): the other device stopped. ctx bounds it all.
 func pollStatus(ctx context.Context, c *http.Client, base string, cr ClaimResponse) (StatusResponse, error) {
 	deadline := cr.Expires.Add(time.Minute)
 	path := "/pair/status/" + url.PathEscape(cr.RequestID)
+	refused := 0
 	for {
 		var st StatusResponse
 		callCtx, cancel := context.WithTimeout(ctx, DefaultMaxWait+15*time.Second)
@@ -339,6 +358,13 @@ func pollStatus(ctx context.Context, c *http.Client, base string, cr ClaimRespon
 		case err != nil:
 			if time.Now().After(deadline) {
 				return StatusResponse{}, err
+			}
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				if refused++; refused >= maxRefused {
+					return StatusResponse{}, fmt.Errorf("pairing: lost contact with the other device, which stopped (%w); pair again when it runs", err)
+				}
+			} else {
+				refused = 0
 			}
 			t := time.NewTimer(2 * time.Second)
 			select {

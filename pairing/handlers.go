@@ -125,7 +125,10 @@ func (p *Pairer) StatusHandler() http.Handler {
 		tok, _ := bearer(r)
 		resp, err := p.Status(r.Context(), id, tok)
 		if r.Context().Err() != nil {
-			return // the claimant left
+			// The claimant left (then nobody reads this) or the server is
+			// shutting down: say so rather than an empty 200.
+			writeErr(w, ErrClosed)
+			return
 		}
 		if err != nil {
 			writeErr(w, err)
@@ -141,6 +144,7 @@ type WhoAmI struct {
 	GrantID string   `json:"grant_id"`
 	Scopes  Scopes   `json:"scopes"`
 	Status  Status   `json:"status"`
+	Policy  Policy   `json:"policy"` // approval policy of the grant's calls
 	Issuer  PeerInfo `json:"issuer"`
 }
 
@@ -152,7 +156,7 @@ func (p *Pairer) WhoAmIHandler() http.Handler {
 			writeError(w, http.StatusUnauthorized, "a grant token is required")
 			return
 		}
-		writeJSON(w, http.StatusOK, WhoAmI{GrantID: pr.Grant.ID, Scopes: pr.Grant.Scopes, Status: pr.Grant.Status, Issuer: p.Issuer()})
+		writeJSON(w, http.StatusOK, WhoAmI{GrantID: pr.Grant.ID, Scopes: pr.Grant.Scopes, Status: pr.Grant.Status, Policy: pr.Grant.Policy, Issuer: p.Issuer()})
 	})
 }
 

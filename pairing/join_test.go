@@ -552,3 +552,49 @@ func TestPairingHTTPEdges(t *testing.T) {
 		t.Errorf("reciprocate with a phone grant: %s", resp.Status)
 	}
 }
+
+// TestJoinLoopbackStaleFingerprint: over plain HTTP there is no TLS pin, so
+// a fingerprint that is not the peer's (it re-created its identity) must be
+// caught before the claim and reported as a pin mismatch naming both, not
+// as the peer's "signature does not verify".
+func TestJoinLoopbackStaleFingerprint(t *testing.T) {
+	t.Parallel()
+	a := newNode(t, "laptop", nodeOpts{plain: true})
+	b := newNode(t, "desktop", nodeOpts{plain: true})
+	old := newIdentity(t, "laptop-before-reinstall")
+	s, _ := a.p.Start()
+	s.Fingerprint = old.Fingerprint
+	_, err := Join(context.Background(), JoinOptions{URL: s.URL(a.url), Identity: b.id, Grants: b.g, Name: "desktop"})
+	var pe *PinError
+	if !errors.Is(err, ErrPinMismatch) || !errors.As(err, &pe) || pe.Expected != old.Fingerprint || pe.Got != a.id.Fingerprint {
+		t.Fatalf("Join = %v, want a pin mismatch naming both fingerprints", err)
+	}
+	if len(a.p.Pending()) != 0 {
+		t.Fatal("the claim reached the peer despite the stale fingerprint")
+	}
+}
+
+// TestWhoAmIPolicy: a holder (the phone page) learns from whoami whether its
+// calls will wait for the owner.
+func TestWhoAmIPolicy(t *testing.T) {
+	t.Parallel()
+	a := newNode(t, "laptop", nodeOpts{plain: true})
+	g, tok := mustIssue(t, a.g, "phone", ScopeNode)
+	for _, want := range []Policy{PolicyAsk, PolicyAllow} {
+		if err := a.g.SetPolicy(g.ID, want); err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", a.url+"/pair/whoami", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w WhoAmI
+		err = json.NewDecoder(resp.Body).Decode(&w)
+		resp.Body.Close()
+		if err != nil || w.GrantID != g.ID || w.Policy != want {
+			t.Fatalf("whoami = %+v (%v), want policy %q", w, err, want)
+		}
+	}
+}

@@ -748,7 +748,14 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 		switch r.state {
 		case statePending, stateDeciding:
 			resp.Status = StatusPending
-			if waited || r.waiters >= maxWaitersPerRequest || p.closed {
+			if p.closed {
+				// Requests live in memory: a closing pairer's pending
+				// requests end here, undecided.
+				resp.Status = StatusExpired
+				p.mu.Unlock()
+				return resp, nil
+			}
+			if waited || r.waiters >= maxWaitersPerRequest {
 				p.mu.Unlock()
 				return resp, nil
 			}

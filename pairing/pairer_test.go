@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -739,5 +741,50 @@ func TestRepairReplacesOnCollection(t *testing.T) {
 	}
 	if _, err := f.g.Authenticate(st2.Token); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStatusHandlerAtShutdown: a status long-poll cut by the server's
+// shutdown (the request's context ends) answers 503, never an empty 200 a
+// claimant cannot read.
+func TestStatusHandlerAtShutdown(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	s := f.start(t)
+	cr, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest(http.MethodGet, "/pair/status/"+cr.RequestID, nil).WithContext(ctx)
+	req.SetPathValue("id", cr.RequestID)
+	req.Header.Set("Authorization", "Bearer "+cr.PollToken)
+	req.RemoteAddr = "10.0.0.9:40000"
+	rec := httptest.NewRecorder()
+	cancel() // the server is shutting down: BaseContext ended
+	f.p.StatusHandler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "error") {
+		t.Fatalf("status poll at shutdown: HTTP %d %q, want 503 with an error", rec.Code, rec.Body.String())
+	}
+}
+
+// TestStatusAfterClose: a closing pairer reports its pending requests
+// expired (they live in memory), never denied: nobody declined them.
+func TestStatusAfterClose(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	s := f.start(t)
+	cr, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan StatusResponse, 1)
+	go func() {
+		st, _ := f.p.Status(context.Background(), cr.RequestID, cr.PollToken)
+		done <- st
+	}()
+	f.p.Close()
+	if st := <-done; st.Status != StatusExpired {
+		t.Fatalf("status of a pending request at Close = %q, want %q", st.Status, StatusExpired)
 	}
 }

@@ -54,6 +54,7 @@ func Command(ctx context.Context, env []string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), envMain+"=1", "LANGUAGE=en"), env...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	dieWithParent(cmd)
 	return cmd
 }
 

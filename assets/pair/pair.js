@@ -644,6 +644,7 @@
       const w = await readJSON(resp);
       if (w && Array.isArray(w.scopes)) {
         st.grant.scopes = w.scopes;
+        st.grant.policy = w.policy || "ask";
         if (w.grant_id) st.grant.grant_id = w.grant_id;
         saveGrant(st.grant);
         renderScopes();
@@ -748,15 +749,11 @@
     const iss = st.issuer;
     const out = $("send-result");
     const c = capability(capName);
-    const asks = c && c.approval === "ask";
+    // The stricter of the capability's and this grant's policy applies.
+    const asks = (c && c.approval === "ask") || st.grant.policy !== "allow";
     const waitText = "Waiting for the owner of " + iss.name + " to approve it there…";
     out.className = "result wait";
     out.textContent = asks ? waitText : "Sending…";
-    // The phone's own grant may ask the owner too (its policy is not in
-    // the manifest): a call that takes a moment is waiting for them.
-    const slow = setTimeout(() => {
-      if (out.classList.contains("wait")) out.textContent = waitText;
-    }, 1500);
     for (const b of [$("notify-btn"), $("clip-btn")]) b.disabled = true;
     try {
       const resp = await authed("POST", "/nodes/invoke", { capability: capName, params });
@@ -792,7 +789,6 @@
           out.textContent = "Failed (" + resp.status + "): " + clip(why, 200);
       }
     } finally {
-      clearTimeout(slow);
       setCapButtons();
     }
   }
