@@ -7,9 +7,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/app/apptest"
+	"meshtray/nodes"
 )
 
 // cli runs `meshtray args... --state-dir DIR` (this binary, tray wired in)
@@ -260,6 +263,33 @@ func TestPairingWindow(t *testing.T) {
 	checkNotBlank(t, img, "the paired message")
 	if len(visibleWindowsNamed(d, "Approval needed")) != 0 {
 		t.Error("a separate approval popup opened for the pairing the pairing window showed")
+	}
+
+	// The other side now holds a grant from this device: its peer window
+	// reads this device's manifest through GET /ui/peers/{id}/manifest
+	// (pinned HTTPS to the LAN address, with the held token).
+	var bdevs app.Devices
+	if err := json.Unmarshal([]byte(cli(t, d.env(), wrap, bdir, "devices", "--json")), &bdevs); err != nil || len(bdevs.Held) != 1 {
+		t.Fatalf("node-b's held grants: %v %+v", err, bdevs.Held)
+	}
+	info, err := app.ReadDaemonInfo(bdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(hdr, []byte("Authorization: Bearer "+info.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	need(t, "curl", "curl")
+	argv := append(append([]string{}, wrap...), "curl", "-sS", "--fail-with-body", "-H", "@"+hdr,
+		fmt.Sprintf("http://127.0.0.1:%d/ui/peers/%s/manifest", info.Port, bdevs.Held[0].PeerID))
+	mout, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("peer manifest from node-b: %v %s", err, mout)
+	}
+	var m nodes.Manifest
+	if err := json.Unmarshal(mout, &m); err != nil || m.Device.Name != "test-laptop" || len(m.Capabilities) == 0 {
+		t.Fatalf("peer manifest: %v %s", err, mout)
 	}
 	p.stop()
 }
