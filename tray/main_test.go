@@ -20,8 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envTrayMain) == "1" {
 		os.Exit(app.Main(os.Args[1:], app.CLIOptions{RunTray: Run, UI: UI}))
 	}
-	// Fyne's test driver keeps a goroutine per test app for its event
-	// queue; nothing else may leak.
+	// Fyne's GLFW driver starts the goroutine of its main-thread function
+	// queue at package init (internal/driver/glfw/loop.go funcQueue); it
+	// lives as long as the process. Nothing else may be left running.
 	apptest.Main(m,
 		goleak.IgnoreTopFunction("fyne.io/fyne/v2/internal/async.(*UnboundedChan[...]).processing"),
 	)

@@ -176,3 +176,23 @@ func TestSecondTraySaysRunning(t *testing.T) {
 		t.Fatalf("second start says:\n%s\nwant it to contain %q", out, want)
 	}
 }
+
+// TestQuitClosesWindows: Quit with a window open stops the UI process too,
+// and the node cleanly.
+func TestQuitClosesWindows(t *testing.T) {
+	d := startDesktop(t, true)
+	p := startTrayCmd(t, d.env(), t.TempDir(), nil)
+	it := d.Watcher.waitItem(t, 20*time.Second)
+	d.Watcher.clickLabel(t, it, labelDevices)
+	win, _ := waitWindow(t, d, "Devices", 30*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	_, img := screenshot(t, d, win, "devices")
+	checkNotBlank(t, img, "the devices window")
+	d.Watcher.clickLabel(t, it, labelQuit)
+	exited, err := p.exited(20 * time.Second)
+	if !exited || err != nil {
+		t.Fatalf("Quit with a window open: exited %v, %v", exited, err)
+	}
+	// The tray waited for the UI process before exiting: no window left.
+	waitNoWindow(t, d, "Devices", 2*time.Second)
+}
