@@ -196,3 +196,28 @@ func TestQuitClosesWindows(t *testing.T) {
 	// The tray waited for the UI process before exiting: no window left.
 	waitNoWindow(t, d, "Devices", 2*time.Second)
 }
+
+// TestLateTrayHost: no StatusNotifierWatcher at start (a panel that starts
+// after the app at login) → the tray says so once, keeps the node and its
+// windows working, and registers when a watcher appears.
+func TestLateTrayHost(t *testing.T) {
+	d := startDesktop(t, false)
+	p := startTrayCmd(t, d.env(), t.TempDir(), nil)
+	p.client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.Logs(), "tray started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("tray not started:\n%s", p.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(p.Logs(), "no tray host on the session bus"); n != 1 {
+		t.Errorf("the no-tray-host notice appears %d times, want once", n)
+	}
+	d.Watcher = startWatcher(t, d.Bus)
+	it := d.Watcher.waitItem(t, 20*time.Second)
+	d.Watcher.waitMenu(t, it, 15*time.Second, "the menu of a late registration", func(m menuNode) bool {
+		_, ok := m.item(labelQuit)
+		return ok
+	})
+}
