@@ -666,3 +666,60 @@ func getStatus(t *testing.T, url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// notice is one desktop notification received.
+type notice struct{ App, Icon, Summary, Body string }
+
+// notifications is a test-side org.freedesktop.Notifications service
+// (Desktop Notifications Specification 1.2) on the desktop's bus.
+type notifications struct {
+	mu  sync.Mutex
+	got []notice
+}
+
+func (d *desktop) startNotifications(t *testing.T) *notifications {
+	t.Helper()
+	conn, err := dbus.Connect(d.Bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	n := &notifications{}
+	methods := map[string]any{
+		"GetCapabilities": func() ([]string, *dbus.Error) { return []string{"body"}, nil },
+		"GetServerInformation": func() (string, string, string, string, *dbus.Error) {
+			return "test", "meshtray", "1", "1.2", nil
+		},
+		"Notify": func(app string, replaces uint32, icon, summary, body string, actions []string, hints map[string]dbus.Variant, timeout int32) (uint32, *dbus.Error) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.got = append(n.got, notice{app, icon, summary, body})
+			return uint32(len(n.got)), nil
+		},
+	}
+	if err := conn.ExportMethodTable(methods, "/org/freedesktop/Notifications", "org.freedesktop.Notifications"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := conn.RequestName("org.freedesktop.Notifications", dbus.NameFlagDoNotQueue); err != nil || rep != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("own org.freedesktop.Notifications: %v %v", rep, err)
+	}
+	return n
+}
+
+// wait returns the notifications once there are at least n.
+func (n *notifications) wait(t *testing.T, count int, d time.Duration) []notice {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		n.mu.Lock()
+		got := append([]notice{}, n.got...)
+		n.mu.Unlock()
+		if len(got) >= count {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d notifications within %v, want %d: %+v", len(got), d, count, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

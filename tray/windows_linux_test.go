@@ -49,6 +49,7 @@ func cli(t *testing.T, env, wrap []string, dir string, args ...string) string {
 // Approve button (an X pointer click); the task then completes.
 func TestPopupApprovesDelegation(t *testing.T) {
 	d := startDesktop(t, true)
+	notes := d.startNotifications(t)
 	dir := t.TempDir()
 	p := startTrayCmd(t, d.env(), dir, nil)
 	c := p.client(t)
@@ -76,6 +77,10 @@ func TestPopupApprovesDelegation(t *testing.T) {
 		t.Fatalf("approvals: %v %+v", err, as)
 	}
 	t.Logf("popup mapped %v after the approval was created", seen.Sub(as[0].Created).Round(time.Millisecond))
+	// ... and a desktop notification said who asks.
+	if n := notes.wait(t, 1, 10*time.Second)[0]; n.App != "meshtray" || n.Summary != "Delegation from Alice's phone" || !strings.Contains(n.Body, "Open meshtray to approve") || n.Icon == "" {
+		t.Errorf("notification %+v", n)
+	}
 	// Let the first frames settle before the picture.
 	time.Sleep(300 * time.Millisecond)
 	_, img := screenshot(t, d, win, "popup-delegation")
