@@ -26,6 +26,7 @@ import (
 // clicked with Event "clicked" (issue 6 §5).
 func TestTrayMenuOverDBus(t *testing.T) {
 	d := startDesktop(t, true)
+	notes := d.startNotifications(t)
 	p := startTrayCmd(t, d.env(), t.TempDir(), nil)
 	c := p.client(t)
 	it := d.Watcher.waitItem(t, 20*time.Second)
@@ -96,6 +97,17 @@ func TestTrayMenuOverDBus(t *testing.T) {
 	})
 	if s := getStatus(t, card); s != http.StatusNotFound {
 		t.Fatalf("card after a2a off: %d, want 404", s)
+	}
+
+	// The header copies the device ID (X clipboard) and says so.
+	d.Watcher.clickLabel(t, it, want[0]) // items are renumbered on every rebuild: find it again
+	if n := notes.wait(t, 1, 10*time.Second)[0]; n.Summary != "Device ID copied" || n.Body != st.DeviceID {
+		t.Errorf("notification %+v", n)
+	}
+	need(t, "xclip", "xclip")
+	clip, err := xcmd(d, "xclip", "-o", "-selection", "clipboard").Output()
+	if err != nil || string(clip) != st.DeviceID {
+		t.Errorf("clipboard holds %q (%v), want the device ID %s", clip, err, st.DeviceID)
 	}
 
 	// Start at login writes the XDG autostart entry, with this state dir.

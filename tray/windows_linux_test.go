@@ -108,8 +108,9 @@ func TestPopupApprovesDelegation(t *testing.T) {
 	waitNoWindow(t, d, "Approval needed", 10*time.Second)
 }
 
-// TestPopupClosesWhenDecidedElsewhere: a decision made in the CLI closes
-// the popup's entry; with nothing left the popup closes (issue 6 §2).
+// TestPopupClosesWhenDecidedElsewhere: several delegations at once queue
+// in one popup, never a storm of windows; a decision made in the CLI closes
+// its entry; with nothing left the popup closes (issue 6 §2).
 func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
 	d := startDesktop(t, true)
 	dir := t.TempDir()
@@ -118,22 +119,42 @@ func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
 	cli(t, d.env(), nil, dir, "a2a", "on")
 	token := strings.TrimSpace(cli(t, d.env(), nil, dir, "grant", "create", "--name", "agent-x", "--scope", "agent"))
 	client := apptest.A2AClient(t, c.BaseURL(), token)
-	done := make(chan error, 1)
-	go func() {
-		_, err := client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})})
-		done <- err
-	}()
-	waitWindow(t, d, "Approval needed", 30*time.Second)
-	var as []app.Approval
-	if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
-		t.Fatalf("approvals: %v %+v", err, as)
+	const n = 3
+	done := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})})
+			done <- err
+		}()
 	}
-	cli(t, d.env(), nil, dir, "deny", as[0].ID)
+	win, _ := waitWindow(t, d, "Approval needed", 30*time.Second)
+	var as []app.Approval
+	deadline := time.Now().Add(15 * time.Second)
+	for len(as) < n {
+		if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || time.Now().After(deadline) {
+			t.Fatalf("approvals: %v %+v", err, as)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if ws := visibleWindowsNamed(d, "Approval needed"); len(ws) != 1 {
+		t.Fatalf("%d approval windows for %d delegations, want one", len(ws), n)
+	}
+	_, img := screenshot(t, d, win, "popup-queue")
+	checkNotBlank(t, img, "the queued popup")
+	for i, a := range as {
+		cli(t, d.env(), nil, dir, "deny", a.ID)
+		if i < n-1 && len(visibleWindowsNamed(d, "Approval needed")) != 1 {
+			t.Fatalf("the popup closed with %d approvals left", n-1-i)
+		}
+	}
 	waitNoWindow(t, d, "Approval needed", 10*time.Second)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("message/send did not return after the denial")
+	for range n {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("message/send did not return after the denial")
+		}
 	}
 }
 
