@@ -43,11 +43,14 @@ clean:
 # The Fyne tool, pinned; `go run` fetches it into the module cache once.
 FYNE ?= $(GO) run fyne.io/tools/cmd/fyne@v1.7.4
 
-# Linux package (dist/meshtray.tar.xz: binary, .desktop entry, icon) from
-# FyneApp.toml and the binary `make build` made with the version stamped in.
+# Linux package (dist/meshtray-linux-amd64.tar.xz: binary, .desktop entry,
+# icon) from FyneApp.toml and the binary `make build` made with the version
+# stamped in. The tool rewrites FyneApp.toml (build number, formatting):
+# the file is put back as it was, so packaging never dirties the tree.
 package: build
-	@mkdir -p dist
-	$(FYNE) package --os linux --executable $(BIN) --release
+	@mkdir -p dist && cp FyneApp.toml dist/.FyneApp.toml.keep
+	$(FYNE) package --os linux --executable $(BIN) --release; st=$$?; \
+	  cp dist/.FyneApp.toml.keep FyneApp.toml; rm -f dist/.FyneApp.toml.keep; exit $$st
 	mv meshtray.tar.xz dist/meshtray-linux-amd64.tar.xz
 	@echo "package: dist/meshtray-linux-amd64.tar.xz"
 
