@@ -10,7 +10,7 @@ LDFLAGS := -X meshtray/app.Version=$(VERSION)
 export LANG     := C.UTF-8
 export LANGUAGE := en
 
-.PHONY: all build run test bench fuzz vet cross package deps-run deps-test clean
+.PHONY: all build build-headless run test bench fuzz vet cross package deps-run deps-test clean
 
 all: build
 
@@ -22,6 +22,11 @@ deps-test:
 
 build: deps-run
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) .
+
+# A server build: the node and the CLI without the tray and its windows, so
+# no cgo, no Fyne, one static binary (bin/meshtray-headless).
+build-headless:
+	CGO_ENABLED=0 $(GO) build -tags headless -ldflags '$(LDFLAGS)' -o $(BIN)-headless .
 
 # Runs meshtray: the tray app when a desktop session is present, otherwise
 # the headless node. Extra flags: make run ARGS='--port 47700'.
@@ -56,7 +61,8 @@ package: build
 
 # Cross-platform checks: the Windows binary with mingw-w64 (Fyne needs cgo),
 # then `go vet` for darwin and windows with CGO_ENABLED=0 on every package
-# but tray and main (the only cgo ones), so platform breakage shows here.
+# but tray (the only cgo one; main is vetted in its headless form), so
+# platform breakage shows here.
 CROSS_PKGS = $(shell $(GO) list ./... | grep -v -x -e meshtray -e meshtray/tray)
 cross:
 	@command -v x86_64-w64-mingw32-gcc >/dev/null || { echo "cross: needs mingw-w64: apt-get install -y gcc-mingw-w64-x86-64" >&2; exit 1; }
@@ -65,3 +71,4 @@ cross:
 	CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) vet $(CROSS_PKGS)
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) vet $(CROSS_PKGS)
 	CGO_ENABLED=0 GOOS=darwin GOARCH=amd64 $(GO) vet $(CROSS_PKGS)
+	for os in windows darwin linux; do CGO_ENABLED=0 GOOS=$$os $(GO) vet -tags headless . || exit 1; done

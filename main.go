@@ -6,9 +6,8 @@ import (
 	"os"
 
 	"meshtray/app"
-	"meshtray/tray"
 )
 
 func main() {
-	os.Exit(app.Main(os.Args[1:], app.CLIOptions{RunTray: tray.Run, UI: tray.UI}))
+	os.Exit(app.Main(os.Args[1:], cliOptions()))
 }

@@ -165,6 +165,12 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 	}
 	c.nodeFlags(serve.Flags())
 	root.AddCommand(serve)
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print meshtray's version",
+		Args:  noArgs,
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(c.opts.Stdout, "meshtray", Version) },
+	})
 
 	root.AddCommand(c.idCommand(), c.statusCommand(), c.a2aCommand(), c.grantCommand(),
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
