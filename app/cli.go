@@ -525,7 +525,7 @@ func (c *cli) printIssued(gs []pairing.Grant) {
 		if !g.LastUsed.IsZero() {
 			last = ago(g.LastUsed)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, g.Name, g.Scopes, g.Policy, g.Status, last)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, oneLine(g.Name, 64), g.Scopes, g.Policy, g.Status, last)
 	}
 	w.Flush()
 }
@@ -549,7 +549,7 @@ func (c *cli) devicesCommand() *cobra.Command {
 			w := c.table()
 			fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSCOPES\tURL")
 			for _, h := range d.Held {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", shortID(h.PeerID), h.Name, h.OS, h.Scopes, h.URL)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", shortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
 			}
 			return w.Flush()
 		},
@@ -575,25 +575,68 @@ func (c *cli) approvalsCommand() *cobra.Command {
 				fmt.Fprintln(c.opts.Stdout, "no pending approvals")
 				return nil
 			}
-			w := c.table()
-			fmt.Fprintln(w, "ID\tKIND\tFROM\tVIA\tSUMMARY\tEXPIRES IN")
-			for _, a := range as {
-				from := a.Peer
-				if a.DeviceID != "" {
-					from += " (" + shortID(a.DeviceID) + ")"
+			for i, a := range as {
+				if i > 0 {
+					fmt.Fprintln(c.opts.Stdout)
 				}
-				sum := a.Summary
-				if a.SAS != "" {
-					sum += "  SAS " + a.SAS
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Kind, from, a.Via, oneLine(sum, 60),
-					time.Until(a.Expires).Round(time.Second))
+				c.printApproval(a)
 			}
-			return w.Flush()
+			return nil
 		},
 	}
 	c.jsonFlag(cmd)
 	return cmd
+}
+
+// maxDetailLines bounds the lines of a request's detail `approvals` shows.
+const maxDetailLines = 12
+
+// printApproval shows one pending request with everything the owner should
+// read before deciding: who, over what, what exactly (the detail: message
+// text, call parameters), and how to decide.
+func (c *cli) printApproval(a Approval) {
+	out := c.opts.Stdout
+	from := oneLine(a.Peer, 64)
+	if a.DeviceID != "" {
+		from += " (" + shortID(a.DeviceID) + ")"
+	}
+	if a.OS != "" {
+		from += ", " + oneLine(a.OS, 64)
+	}
+	fmt.Fprintf(out, "%s  %s from %s\n", a.ID, a.Kind, from)
+	via := a.Via
+	if a.Addr != "" {
+		via += " " + a.Addr
+	}
+	if a.TailnetUser != "" || a.TailnetNode != "" {
+		via += fmt.Sprintf(" (tailnet: %s on %s)", oneLine(a.TailnetUser, 64), oneLine(a.TailnetNode, 64))
+	}
+	if via != "" {
+		fmt.Fprintf(out, "  via:      %s\n", via)
+	}
+	fmt.Fprintf(out, "  request:  %s\n", oneLine(a.Summary, 200))
+	if a.SAS != "" {
+		fmt.Fprintf(out, "  code:     %s (must match the other screen)\n", spacedSAS(a.SAS))
+	}
+	if a.Detail != "" {
+		lines := strings.Split(safeText(a.Detail, true), "\n")
+		if len(lines) > maxDetailLines {
+			lines = append(lines[:maxDetailLines], fmt.Sprintf("… (%d more lines; --json shows all)", len(lines)-maxDetailLines))
+		}
+		fmt.Fprintln(out, "  detail:")
+		for _, l := range lines {
+			fmt.Fprintf(out, "    %s\n", l)
+		}
+	}
+	fmt.Fprintf(out, "  expires:  in %s\n", time.Until(a.Expires).Round(time.Second))
+	switch a.Kind {
+	case KindPairing:
+		fmt.Fprintf(out, "  decide:   meshtray approve %s [--scopes agent,node] | meshtray deny %s\n", a.ID, a.ID)
+	case KindDelegation:
+		fmt.Fprintf(out, "  decide:   meshtray approve %s [--always] | meshtray deny %s\n", a.ID, a.ID)
+	default:
+		fmt.Fprintf(out, "  decide:   meshtray approve %s | meshtray deny %s\n", a.ID, a.ID)
+	}
 }
 
 func (c *cli) approveCommand() *cobra.Command {
@@ -676,10 +719,13 @@ func shortID(id string) string {
 	return id
 }
 
+// oneLine is the first line of untrusted text s, escaped (safeText) and cut
+// to max runes.
 func oneLine(s string, max int) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i] + " …"
 	}
+	s = safeText(s, false)
 	if r := []rune(s); len(r) > max {
 		s = string(r[:max-1]) + "…"
 	}
@@ -727,7 +773,7 @@ func (c *cli) peersCommand() *cobra.Command {
 						addr = p.Addrs[s][0]
 					}
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(p.ID), p.Name, p.OS,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(p.ID), oneLine(p.Name, 64), oneLine(p.OS, 64),
 					strings.Join(via, ","), yesNo(p.Online), yesNo(p.Paired), yesNo(p.A2A), ago(p.LastSeen), addr)
 			}
 			return w.Flush()
@@ -743,7 +789,7 @@ func (c *cli) peersCommand() *cobra.Command {
 			if err := c.call(cmd, http.MethodPost, "/mesh/peers", map[string]string{"url": args[0]}, &p); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.opts.Stdout, "added %s (%s, %s)\n", p.Name, p.OS, shortID(p.ID))
+			fmt.Fprintf(c.opts.Stdout, "added %s (%s, %s)\n", oneLine(p.Name, 64), oneLine(p.OS, 64), shortID(p.ID))
 			return nil
 		},
 	}

@@ -98,7 +98,7 @@ when one is given).`,
 			if c.asJSON {
 				return c.printJSON(a)
 			}
-			fmt.Fprintf(c.opts.Stdout, "added %s (%s): %s\n", a.ID, a.Name, a.Status)
+			fmt.Fprintf(c.opts.Stdout, "added %s (%s): %s\n", a.ID, oneLine(a.Name, 64), a.Status)
 			return nil
 		},
 	}
@@ -128,7 +128,7 @@ when one is given).`,
 				if err := c.call(cmd, http.MethodPost, "/a2a/agents/"+pathEscape(args[0]), AgentUpdate{Action: action}, &a); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.opts.Stdout, "%s (%s): %s\n", a.ID, a.Name, a.Status)
+				fmt.Fprintf(c.opts.Stdout, "%s (%s): %s\n", a.ID, oneLine(a.Name, 64), a.Status)
 				return nil
 			},
 		})
@@ -182,7 +182,7 @@ func (c *cli) printAgents(as []agent.Agent) {
 		if a.Card != nil {
 			streaming, skills = yesNo(a.Card.Streaming), fmt.Sprint(len(a.Card.Skills))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.Kind, a.Name, a.Status, streaming, skills, a.URL)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.Kind, oneLine(a.Name, 64), a.Status, streaming, skills, oneLine(a.URL, 80))
 		if a.Problem != "" {
 			fmt.Fprintf(w, "\t\t\t\t\t\t↳ %s\n", oneLine(a.Problem, 120))
 		}
@@ -333,7 +333,7 @@ func (c *cli) cancelCommand() *cobra.Command {
 			if c.asJSON {
 				return c.printJSON(t)
 			}
-			fmt.Fprintf(c.opts.Stdout, "task %s at %s: %s\n", t.ID, t.AgentName, t.State)
+			fmt.Fprintf(c.opts.Stdout, "task %s at %s: %s\n", t.ID, oneLine(t.AgentName, 64), t.State)
 			return nil
 		},
 	}
@@ -391,8 +391,8 @@ it whole (artifacts included); --follow watches it until it ends or asks.
 func (c *cli) printTaskDetail(t agent.OutboundTask) {
 	w := c.table()
 	fmt.Fprintf(w, "task\t%s (at the agent: %s)\n", t.ID, t.TaskID)
-	fmt.Fprintf(w, "agent\t%s (%s %s)\n", t.AgentName, t.AgentKind, shortID(t.Agent))
-	fmt.Fprintf(w, "request\t%s\n", t.Request)
+	fmt.Fprintf(w, "agent\t%s (%s %s)\n", oneLine(t.AgentName, 64), t.AgentKind, shortID(t.Agent))
+	fmt.Fprintf(w, "request\t%s\n", oneLine(t.Request, 200))
 	state := string(t.State)
 	if t.Following {
 		state += " (followed)"
@@ -402,7 +402,7 @@ func (c *cli) printTaskDetail(t agent.OutboundTask) {
 		fmt.Fprintf(w, "message\t%s\n", oneLine(t.Message, 200))
 	}
 	if t.Error != "" {
-		fmt.Fprintf(w, "error\t%s\n", t.Error)
+		fmt.Fprintf(w, "error\t%s\n", oneLine(t.Error, 300))
 	}
 	fmt.Fprintf(w, "created\t%s\n", t.Created.Local().Format(time.DateTime))
 	fmt.Fprintf(w, "updated\t%s (%s)\n", t.Updated.Local().Format(time.DateTime), ago(t.Updated))
@@ -431,7 +431,7 @@ func (c *cli) printOutbound(ts []agent.OutboundTask) {
 		if t.Following {
 			state += "…"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, t.AgentName, state, ago(t.Updated), len(t.Artifacts), oneLine(t.Request, 50))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, oneLine(t.AgentName, 40), state, ago(t.Updated), len(t.Artifacts), oneLine(t.Request, 50))
 		switch {
 		case t.State == a2a.TaskStateInputRequired || t.State == a2a.TaskStateAuthRequired:
 			fmt.Fprintf(w, "\t\t\t\t\t↳ asks: %s\n", oneLine(t.Message, 100))
@@ -497,7 +497,7 @@ func (c *cli) followRequest(cmd *cobra.Command, method, path string, body any, d
 			return c.printJSON(t)
 		}
 		fmt.Fprintf(c.opts.Stdout, "%s\n", t.ID)
-		fmt.Fprintf(c.opts.Stderr, "task %s at %s: %s (follow it with `meshtray outbound %s --follow`)\n", t.ID, t.AgentName, t.State, t.ID)
+		fmt.Fprintf(c.opts.Stderr, "task %s at %s: %s (follow it with `meshtray outbound %s --follow`)\n", t.ID, oneLine(t.AgentName, 64), t.State, t.ID)
 		return nil
 	}
 
@@ -693,7 +693,7 @@ func (p *taskPrinter) header(t agent.OutboundTask) {
 	defer p.mu.Unlock()
 	p.clearLocked()
 	p.id = t.ID
-	fmt.Fprintf(p.errw, "→ %s: task %s\n", t.AgentName, t.ID)
+	fmt.Fprintf(p.errw, "→ %s: task %s\n", oneLine(t.AgentName, 64), t.ID)
 }
 
 // task prints what a snapshot adds: artifacts not printed, a new state.
@@ -724,15 +724,15 @@ func (p *taskPrinter) status(st a2a.TaskState, msg string) {
 	case st == a2a.TaskStateCompleted:
 		if msg != "" {
 			p.endLineLocked()
-			fmt.Fprintln(p.out, msg)
+			fmt.Fprintln(p.out, outputText(p.out, msg))
 		}
 		fmt.Fprintln(p.errw, "completed")
 	case st == a2a.TaskStateInputRequired || st == a2a.TaskStateAuthRequired:
 		fmt.Fprintf(p.errw, "%s: the agent asks:\n", st)
 		p.endLineLocked()
-		fmt.Fprintln(p.out, msg)
+		fmt.Fprintln(p.out, outputText(p.out, msg))
 	case msg != "":
-		fmt.Fprintf(p.errw, "%s: %s\n", st, msg)
+		fmt.Fprintf(p.errw, "%s: %s\n", st, safeText(msg, true))
 	default:
 		fmt.Fprintln(p.errw, st)
 	}
@@ -752,19 +752,19 @@ func (p *taskPrinter) artifactLocked(a agent.OutboundArtifact, appended bool) {
 		if name == "" {
 			name = "artifact"
 		}
-		fmt.Fprintf(p.out, "── %s ──\n", name)
+		fmt.Fprintf(p.out, "── %s ──\n", oneLine(name, 80))
 	}
 	for _, part := range a.Parts {
 		switch v := part.(type) {
 		case a2a.TextPart:
-			fmt.Fprint(p.out, v.Text)
+			fmt.Fprint(p.out, outputText(p.out, v.Text))
 			p.open = !strings.HasSuffix(v.Text, "\n") && v.Text != ""
 		case a2a.DataPart:
 			if p.open {
 				fmt.Fprintln(p.out)
 			}
 			b, _ := json.MarshalIndent(v.Data, "", "  ")
-			fmt.Fprintf(p.out, "%s\n", b)
+			fmt.Fprintf(p.out, "%s\n", outputText(p.out, string(b)))
 			p.open = false
 		case a2a.FilePart:
 			if p.open {
@@ -773,9 +773,9 @@ func (p *taskPrinter) artifactLocked(a agent.OutboundArtifact, appended bool) {
 			switch f := v.File.(type) {
 			case a2a.FileBytes:
 				n := base64.StdEncoding.DecodedLen(len(f.Bytes))
-				fmt.Fprintf(p.out, "[file %s (%s, about %d bytes)]\n", f.Name, f.MimeType, n)
+				fmt.Fprintf(p.out, "[file %s (%s, about %d bytes)]\n", oneLine(f.Name, 80), oneLine(f.MimeType, 40), n)
 			case a2a.FileURI:
-				fmt.Fprintf(p.out, "[file %s]\n", f.URI)
+				fmt.Fprintf(p.out, "[file %s]\n", oneLine(f.URI, 200))
 			}
 			p.open = false
 		}
@@ -800,7 +800,7 @@ func (p *taskPrinter) end(t agent.OutboundTask) {
 	case t.State == a2a.TaskStateInputRequired || t.State == a2a.TaskStateAuthRequired:
 		fmt.Fprintf(p.errw, "answer with:  meshtray answer %s \"...\"  (or --data JSON)\n", t.ID)
 	case t.Error != "":
-		fmt.Fprintf(p.errw, "lost track: %s\n", t.Error)
+		fmt.Fprintf(p.errw, "lost track: %s\n", oneLine(t.Error, 300))
 	case t.Truncated:
 		fmt.Fprintln(p.errw, "note: some parts were dropped (over the node's per-task bound)")
 	}
@@ -868,7 +868,7 @@ in the config file); ` + "`clear`" + ` removes it; ` + "`check`" + ` fetches and
 				case st.Ready:
 					fmt.Fprintf(c.opts.Stdout, "agent %q verified %s\n", st.Agent, ago(st.Checked))
 				case st.Problem != "":
-					fmt.Fprintf(c.opts.Stdout, "problem: %s\n", st.Problem)
+					fmt.Fprintf(c.opts.Stdout, "problem: %s\n", oneLine(st.Problem, 300))
 				default:
 					fmt.Fprintln(c.opts.Stdout, "not checked yet (its card is fetched at the first task; `meshtray forward check`)")
 				}

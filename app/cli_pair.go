@@ -123,10 +123,10 @@ func (c *cli) awaitPairingClaims(ctx context.Context, cl *Client) error {
 				continue
 			}
 			seen[a.ID] = true
-			fmt.Fprintf(c.opts.Stdout, "\n%s (%s) claims the code from %s, asking for %s.\n", a.Peer, orUnknown(a.OS), a.Addr, scopesOrNone(a.Scopes))
+			fmt.Fprintf(c.opts.Stdout, "\n%s (%s) claims the code from %s, asking for %s.\n", oneLine(a.Peer, 64), oneLine(orUnknown(a.OS), 64), a.Addr, scopesOrNone(a.Scopes))
 			fmt.Fprintf(c.opts.Stdout, "Verification code: %s — it must be the one the other device shows.\n", spacedSAS(a.SAS))
 			if a.Detail != "" {
-				fmt.Fprintln(c.opts.Stdout, a.Detail)
+				fmt.Fprintln(c.opts.Stdout, safeText(a.Detail, true))
 			}
 			if !interactive {
 				fmt.Fprintf(c.opts.Stdout, "Approve with:  meshtray approve %s [--scopes agent,node]\nDeny with:     meshtray deny %s\n", a.ID, a.ID)
@@ -209,7 +209,7 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 		case ev.SAS != "":
 			name := "the other device"
 			if ev.Peer != nil {
-				name = fmt.Sprintf("%s (%s, %s)", ev.Peer.Name, orUnknown(ev.Peer.OS), shortID(ev.Peer.ID))
+				name = fmt.Sprintf("%s (%s, %s)", oneLine(ev.Peer.Name, 64), oneLine(orUnknown(ev.Peer.OS), 64), shortID(ev.Peer.ID))
 			}
 			fmt.Fprintf(c.opts.Stdout, "Claimed the code of %s.\nVerification code: %s — check that %s shows the same, and approve there.\nWaiting for approval…\n",
 				name, spacedSAS(ev.SAS), name)
@@ -218,7 +218,7 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 			if c.asJSON {
 				return c.printJSON(r)
 			}
-			fmt.Fprintf(c.opts.Stdout, "Paired with %s (%s): it gave this device %s.\n", r.Peer.Name, orUnknown(r.Peer.OS), scopesOrNone(r.Peer.Scopes))
+			fmt.Fprintf(c.opts.Stdout, "Paired with %s (%s): it gave this device %s.\n", oneLine(r.Peer.Name, 64), oneLine(orUnknown(r.Peer.OS), 64), scopesOrNone(r.Peer.Scopes))
 			if r.Gave != "" {
 				fmt.Fprintf(c.opts.Stdout, "This device gave it grant %s (%s).\n", r.Gave, req.Give)
 			}

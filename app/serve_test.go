@@ -417,3 +417,31 @@ func TestNodeInProcess(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestApprovalsShowRequestSafely: `meshtray approvals` shows the whole
+// request (the detail, not only a cut summary) and escapes the control
+// characters a caller put in it, so the owner's terminal shows what arrived
+// instead of obeying it (ANSI/OSC sequences, carriage returns).
+func TestApprovalsShowRequestSafely(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file"})
+	_, token := grantToken(t, n, "--name", "agent-x", "--scope", "agent")
+	n.CLI("a2a", "on")
+	client := apptest.A2AClient(t, n.BaseURL, token)
+	text := "please run device.info \x1b]52;c;ZXZpbA==\x07\rinnocent\nsecond line of the request"
+	go client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: text})})
+	ap := waitApproval(t, n, app.KindDelegation)
+	r := n.CLI("approvals")
+	if r.Code != 0 {
+		t.Fatalf("approvals: exit %d: %s", r.Code, r.Stderr)
+	}
+	if strings.ContainsAny(r.Stdout, "\x1b\x07\r") {
+		t.Fatalf("control characters reached the terminal: %q", r.Stdout)
+	}
+	for _, want := range []string{ap.ID, `\u001B]52;c;ZXZpbA==\u0007`, "second line of the request", "agent-x", "meshtray approve " + ap.ID} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("approvals output lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	t.Logf("approvals shows:\n%s", r.Stdout)
+	n.CLI("deny", ap.ID)
+}
