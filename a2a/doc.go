@@ -5,8 +5,10 @@
 //
 //   - Server (NewServer): ServeHTTP serves POST /a2a/v1 behind the auth
 //     middleware (the caller is pairing.PrincipalFrom); CardHandler serves
-//     /.well-known/agent-card.json (404 while unpublished); Status, Tasks,
-//     SetPublished and Shutdown are for app.
+//     /.well-known/agent-card.json (404 while unpublished; with
+//     Options.RequirePublished the JSON-RPC endpoint too, and switching off
+//     cancels every live task); Status, Tasks, SetPublished, CancelOwner
+//     (a grant revoked or paused) and Shutdown are for app.
 //   - Tasks: created in submitted ("waiting for approval on <device>"), the
 //     Approver decides (refused: rejected), the Executor runs turns
 //     (working, then completed | failed | input-required; canceled by

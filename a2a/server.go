@@ -86,6 +86,12 @@ type Options struct {
 	// KeepAlive is the interval of SSE comment lines on an idle stream
 	// (default 15 s), so proxies keep a stream waiting for approval open.
 	KeepAlive time.Duration
+	// RequirePublished makes the JSON-RPC endpoint follow the publish
+	// switch (SetPublished), like the Agent Card: while unpublished,
+	// ServeHTTP answers a plain 404, as for a path that does not exist, and
+	// switching off cancels every live task ("A2A switched off by the
+	// owner"). Without it, publishing only shows or hides the card.
+	RequirePublished bool
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil is time.Now.
@@ -126,6 +132,7 @@ type Server struct {
 var (
 	errCanceledByCaller = errors.New("canceled by the caller")
 	errShuttingDown     = errors.New("node shutting down")
+	errSwitchedOff      = errors.New("A2A switched off by the owner")
 )
 
 // NewServer returns a Server; Options.Executor is required.
@@ -189,8 +196,89 @@ func (s *Server) Status() Status {
 
 // SetPublished turns the Agent Card on or off. Publishing is not
 // authorizing: the JSON-RPC endpoint stays behind the auth middleware
-// either way.
-func (s *Server) SetPublished(on bool) { s.published.Store(on) }
+// either way. With Options.RequirePublished, switching off also closes the
+// endpoint (404) and cancels every live task with "A2A switched off by the
+// owner", waiting for running turns as CancelOwner does.
+func (s *Server) SetPublished(on bool) {
+	// Under mu, so a task admitted after this point sees the switch
+	// (admitLocked) and one admitted before is in the store to cancel.
+	s.mu.Lock()
+	s.published.Store(on)
+	s.mu.Unlock()
+	if !on && s.opts.RequirePublished {
+		if n := s.cancelWhere(func(*task) bool { return true }, errSwitchedOff); n > 0 {
+			s.log.Info("A2A switched off: live tasks canceled", "tasks", n)
+		}
+	}
+}
+
+// CancelOwner ends every live task of owner (a pairing.Principal.Owner(),
+// the grant ID) with a final canceled status carrying reason ("canceled by
+// the owner of this device" when empty), and returns how many it ended.
+// A task waiting for approval has its approval's ctx canceled (the
+// approvals queue withdraws it); a running executor has its ctx canceled;
+// an input-required task ends at once. Their streams get the final event
+// and close. Like tasks/cancel it waits for running turns to stop, at most
+// Options.CancelWait, and ends a turn that has not stopped by then anyway
+// (its late reports are dropped). For app: a grant revoked or paused.
+func (s *Server) CancelOwner(owner, reason string) int {
+	if reason == "" {
+		reason = "canceled by the owner of this device"
+	}
+	return s.cancelWhere(func(t *task) bool { return t.owner == owner }, errors.New(reason))
+}
+
+// cancelWhere cancels every live task match selects with cause and waits
+// for their running turns (at most CancelWait in all); it returns how many
+// live tasks it ended.
+func (s *Server) cancelWhere(match func(*task) bool, cause error) int {
+	s.mu.Lock()
+	var ts []*task
+	for _, t := range s.tasks {
+		if match(t) {
+			ts = append(ts, t)
+		}
+	}
+	s.mu.Unlock()
+	type turn struct {
+		t    *task
+		done <-chan struct{}
+	}
+	var running []turn
+	n := 0
+	for _, t := range ts {
+		live, done := s.cancelTask(t, cause)
+		if live {
+			n++
+		}
+		if done != nil {
+			running = append(running, turn{t, done})
+		}
+	}
+	if len(running) == 0 {
+		return n
+	}
+	timer := time.NewTimer(s.opts.CancelWait)
+	defer timer.Stop()
+	expired := false
+	for _, r := range running {
+		if !expired {
+			select {
+			case <-r.done:
+				continue
+			case <-timer.C:
+				expired = true
+			}
+		}
+		select {
+		case <-r.done:
+		default:
+			s.log.Warn("executor did not stop after cancel", "task", r.t.id, "waited", s.opts.CancelWait)
+			s.settle(r.t, a2a.TaskStateCanceled, agentMessage(cause.Error()))
+		}
+	}
+	return n
+}
 
 // Tasks returns a snapshot of every stored task, oldest first.
 func (s *Server) Tasks() []TaskInfo {
@@ -271,26 +359,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // cancelTask stops t's running turn with cause, or cancels an idle live
-// task (input-required) at once. It returns the running turn's done
-// channel, nil when no turn was running.
-func (s *Server) cancelTask(t *task, cause error) <-chan struct{} {
+// task (input-required) at once. live reports whether t was live; done is
+// the running turn's done channel, nil when no turn was running.
+func (s *Server) cancelTask(t *task, cause error) (live bool, done <-chan struct{}) {
 	t.mu.Lock()
 	if !t.liveLocked() {
 		t.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	if t.cancel != nil {
 		t.cancel(cause)
 		done := t.done
 		t.mu.Unlock()
-		return done
+		return true, done
 	}
 	changed := t.setStatusLocked(a2a.TaskStateCanceled, agentMessage(cause.Error()), s.now())
 	t.mu.Unlock()
 	if changed {
 		s.retire(t)
 	}
-	return nil
+	return true, nil
 }
 
 // settle moves t to state with msg; for a terminal state it also updates
@@ -375,7 +463,13 @@ func (s *Server) lookup(owner string, id a2a.TaskID) (*task, error) {
 // application/json. message/stream and tasks/resubscribe answer
 // text/event-stream: one "data: <JSON-RPC response>" line per event, the
 // Task first, closed after the event with final:true (A2A spec §7.2, §9.3).
+// With Options.RequirePublished, every request is answered a plain 404
+// while unpublished.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.RequirePublished && !s.published.Load() {
+		http.NotFound(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -563,10 +657,23 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 	return t, sub, snap, nil
 }
 
-// admitLocked checks that owner may create t now and reserves its room.
-func (s *Server) admitLocked(owner string, t *task) error {
+// openLocked reports whether the engine takes work: not shutting down, and
+// published when Options.RequirePublished (a request that passed
+// ServeHTTP's check as the owner switched A2A off is refused here).
+func (s *Server) openLocked() error {
 	if s.closed {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)
+	}
+	if s.opts.RequirePublished && !s.published.Load() {
+		return fmt.Errorf("%w: %w", ErrUnavailable, errSwitchedOff)
+	}
+	return nil
+}
+
+// admitLocked checks that owner may create t now and reserves its room.
+func (s *Server) admitLocked(owner string, t *task) error {
+	if err := s.openLocked(); err != nil {
+		return err
 	}
 	if n := s.liveByOwner[owner]; n >= s.opts.MaxLiveTasksPerOwner {
 		return fmt.Errorf("%w: %d live tasks (the limit); wait for one to end or cancel one", ErrLiveTaskLimit, n)
@@ -603,10 +710,10 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 		return nil, nil, nil, fmt.Errorf("%w: task %s has %d open streams", ErrUnavailable, t.id, len(t.subs))
 	}
 	s.mu.Lock()
-	if s.closed {
+	if err := s.openLocked(); err != nil {
 		s.mu.Unlock()
 		t.mu.Unlock()
-		return nil, nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)
+		return nil, nil, nil, err
 	}
 	if err := s.reserveLocked(false, int64(size)); err != nil {
 		s.mu.Unlock()
@@ -843,7 +950,7 @@ func (s *Server) onCancel(w http.ResponseWriter, p *pairing.Principal, req *requ
 		writeJSON(w, req.ID, nil, newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, state))
 		return
 	}
-	if done := s.cancelTask(t, errCanceledByCaller); done != nil {
+	if _, done := s.cancelTask(t, errCanceledByCaller); done != nil {
 		timer := time.NewTimer(s.opts.CancelWait)
 		select {
 		case <-done:
