@@ -138,6 +138,7 @@ type Discovery struct {
 	table  *Table
 	prober *prober
 	neg    *negCache
+	whois  *whoIsCache
 	lc     LocalAPI
 
 	kickMDNS chan struct{} // capacity 1: re-evaluate mDNS state
@@ -178,6 +179,7 @@ func New(opts Options) *Discovery {
 		log:      log,
 		prober:   newProber(&opts),
 		neg:      newNegCache(opts.Timing.NegativeTTL, maxNegative),
+		whois:    newWhoIsCache(),
 		kickMDNS: make(chan struct{}, 1),
 		kickTS:   make(chan struct{}, 1),
 		callers:  make(map[netip.Addr]time.Time),
@@ -476,14 +478,14 @@ func (d *Discovery) probeAsync(key string, f func(ctx context.Context)) bool {
 // With stopOnTimeout a timeout ends the attempt: for a tailnet peer the
 // addresses lead through one tunnel to one node, so the others would time
 // out too.
-func (d *Discovery) probeAddrs(ctx context.Context, scheme string, addrs []string, wantFP string, stopOnTimeout bool) (Hello, string, error) {
+func (d *Discovery) probeAddrs(ctx context.Context, addrs []string, wantFP string, stopOnTimeout bool) (Hello, string, error) {
 	var err error
 	for i, a := range addrs {
 		if i == 3 {
 			break
 		}
 		var h Hello
-		if h, err = d.prober.probe(ctx, scheme, a, wantFP); err == nil {
+		if h, err = d.prober.probe(ctx, a, wantFP); err == nil {
 			return h, a, nil
 		}
 		if stopOnTimeout && isTimeout(err) {
@@ -521,7 +523,7 @@ func (d *Discovery) recheck() {
 			continue // Status says offline: nothing to ask
 		}
 		d.probeAsync("re|"+string(tg.src)+"|"+tg.id, func(ctx context.Context) {
-			h, _, err := d.probeAddrs(ctx, tg.sch, tg.addrs, tg.fp, tg.src == SourceTailscale)
+			h, _, err := d.probeAddrs(ctx, tg.addrs, tg.fp, tg.src == SourceTailscale)
 			if ctx.Err() != nil {
 				return
 			}

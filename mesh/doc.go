@@ -12,7 +12,7 @@
 //     reconnecting with backoff): every online peer is probed on the default
 //     port; peers not running meshtray are remembered for a while (negative
 //     cache with backoff); a tailnet peer calling our hello is probed back.
-//   - Peers added by hand (Table.AddManual).
+//   - Peers added by hand (Table.AddManual), by https:// URL only.
 //
 // Every sighting enters the Table only after GET /mesh/hello over HTTPS
 // answered with a valid Hello whose fp is the fingerprint of the
@@ -20,8 +20,10 @@
 // ID. Liveness is ours: mDNS reports no departures, so mDNS sightings expire
 // unless refreshed, and known peers' hellos are re-probed every Recheck.
 //
-// Bounds on what strangers can make us hold: rows (256), manual rows (64),
-// addresses per peer and source (8), TXT strings and bytes (16, 1300),
+// Bounds on what strangers can make us hold: rows (256), of which unpaired
+// rows seen over mDNS alone at most 128 (paired, tailnet and manual rows
+// evict those when the table is full), manual rows (64), addresses per
+// peer and source (8), WhoIs answers cached (256, for 5 s), TXT strings and bytes (16, 1300),
 // hello body (2 KiB), probes in flight (64) and concurrent (8), tailnet
 // peers tracked (4096), negative cache (4096), remembered callers (64).
 package mesh

@@ -1,14 +1,14 @@
 package mesh
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"unicode"
 	"unicode/utf8"
+
+	"meshtray/pairing"
 )
 
 // DefaultPort is meshtray's default HTTP(S) port (DESIGN.md, "Surfaces"):
@@ -25,7 +25,6 @@ const (
 	maxIDLen      = 64  // pairing.DeviceID string form is 63 chars
 	maxNameLen    = 64  // bytes, UTF-8
 	maxOSLen      = 128 // bytes, UTF-8
-	fpLen         = 64  // hex SHA-256
 )
 
 // Sentinel errors. Callers map them with errors.Is; app maps them to HTTP
@@ -77,7 +76,7 @@ func (h Hello) Validate() error {
 	switch {
 	case h.ID == "" || len(h.ID) > maxIDLen || !isIDChars(h.ID):
 		return fmt.Errorf("%w: bad id", ErrNotMeshtray)
-	case !isFP(h.FP):
+	case !canonicalFP(h.FP):
 		return fmt.Errorf("%w: bad fp", ErrNotMeshtray)
 	case h.Name == "" || len(h.Name) > maxNameLen || !isText(h.Name):
 		return fmt.Errorf("%w: bad name", ErrNotMeshtray)
@@ -89,24 +88,12 @@ func (h Hello) Validate() error {
 	return nil
 }
 
-// Fingerprint is the lowercase hex SHA-256 of a certificate's DER, the `fp`
-// of the hello and TXT record.
-func Fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
-}
-
-func isFP(s string) bool {
-	if len(s) != fpLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+// canonicalFP reports whether s is a certificate fingerprint in the form
+// the hello and the TXT record carry: exactly what pairing.ParseFingerprint
+// returns (64 lowercase hex digits of a SHA-256, no separators).
+func canonicalFP(s string) bool {
+	fp, err := pairing.ParseFingerprint(s)
+	return err == nil && fp == s
 }
 
 func isIDChars(s string) bool {

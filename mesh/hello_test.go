@@ -81,6 +81,8 @@ func TestHelloValidate(t *testing.T) {
 		{"long id", func(h *Hello) { h.ID = strings.Repeat("A", 65) }, false},
 		{"upper fp", func(h *Hello) { h.FP = strings.ToUpper(h.FP) }, false},
 		{"short fp", func(h *Hello) { h.FP = h.FP[:63] }, false},
+		{"colon fp", func(h *Hello) { h.FP = h.FP[:2] + ":" + h.FP[2:] }, false},
+		{"non-hex fp", func(h *Hello) { h.FP = "g" + h.FP[1:] }, false},
 		{"no name", func(h *Hello) { h.Name = "" }, false},
 		{"long name", func(h *Hello) { h.Name = strings.Repeat("é", 33) }, false},
 		{"control in name", func(h *Hello) { h.Name = "a\x1b[2Jb" }, false},
@@ -162,20 +164,20 @@ func TestProbe(t *testing.T) {
 	pp := newProber(&pinned)
 	t.Run("pairing pin", func(t *testing.T) {
 		t.Parallel()
-		if h, err := pp.probe(context.Background(), "https", honest, id.fp); err != nil || h.ID != id.id {
+		if h, err := pp.probe(context.Background(), honest, id.fp); err != nil || h.ID != id.id {
 			t.Fatalf("pinned probe = %+v, %v", h, err)
 		}
-		if _, err := pp.probe(context.Background(), "https", honest, other.fp); !errors.Is(err, pairing.ErrPinMismatch) || !identityChanged(err) {
+		if _, err := pp.probe(context.Background(), honest, other.fp); !errors.Is(err, pairing.ErrPinMismatch) || !identityChanged(err) {
 			t.Fatalf("wrong pin: %v, want pairing.ErrPinMismatch", err)
 		}
-		if _, err := pp.probe(context.Background(), "https", liar, ""); !errors.Is(err, ErrFingerprint) {
+		if _, err := pp.probe(context.Background(), liar, ""); !errors.Is(err, ErrFingerprint) {
 			t.Fatalf("observed liar: %v, want ErrFingerprint", err)
 		}
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			h, err := p.probe(context.Background(), "https", tt.addr, tt.wantFP)
+			h, err := p.probe(context.Background(), tt.addr, tt.wantFP)
 			switch {
 			case tt.name == "refused":
 				var op *net.OpError
@@ -224,7 +226,7 @@ func TestProbeBoundsConcurrency(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			_, err := p.probe(context.Background(), "https", ln.Addr().String(), "")
+			_, err := p.probe(context.Background(), ln.Addr().String(), "")
 			errs <- err
 		}()
 	}
@@ -280,26 +282,30 @@ func TestNegCache(t *testing.T) {
 func TestParsePeerURL(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		in, scheme, hostport string
-		ok                   bool
+		in, hostport string
+		ok           bool
 	}{
-		{"https://192.0.2.1", "https", "192.0.2.1:47654", true},
-		{"https://192.0.2.1:8443/", "https", "192.0.2.1:8443", true},
-		{"https://[2001:db8::1]:9", "https", "[2001:db8::1]:9", true},
-		{"http://127.0.0.1:5000", "http", "127.0.0.1:5000", true},
-		{"http://localhost", "http", "localhost:47654", true},
-		{"http://192.0.2.1", "", "", false},
-		{"https://u:p@192.0.2.1", "", "", false},
-		{"https://192.0.2.1/?token=x", "", "", false},
-		{"https://192.0.2.1/a2a", "", "", false},
-		{"ftp://192.0.2.1", "", "", false},
-		{"https://192.0.2.1:0", "", "", false},
-		{"https://", "", "", false},
+		{"https://192.0.2.1", "192.0.2.1:47654", true},
+		{"https://192.0.2.1:8443/", "192.0.2.1:8443", true},
+		{"https://[2001:db8::1]:9", "[2001:db8::1]:9", true},
+		{"https://127.0.0.1:5000", "127.0.0.1:5000", true},
+		{"https://localhost", "localhost:47654", true},
+		// Plain http proves no identity, not even on loopback.
+		{"http://127.0.0.1:5000", "", false},
+		{"http://localhost", "", false},
+		{"http://[::1]:5000", "", false},
+		{"http://192.0.2.1", "", false},
+		{"https://u:p@192.0.2.1", "", false},
+		{"https://192.0.2.1/?token=x", "", false},
+		{"https://192.0.2.1/a2a", "", false},
+		{"ftp://192.0.2.1", "", false},
+		{"https://192.0.2.1:0", "", false},
+		{"https://", "", false},
 	}
 	for _, tt := range tests {
-		s, hp, err := parsePeerURL(tt.in, DefaultPort)
-		if (err == nil) != tt.ok || s != tt.scheme || hp != tt.hostport {
-			t.Errorf("parsePeerURL(%q) = %q, %q, %v", tt.in, s, hp, err)
+		hp, err := parsePeerURL(tt.in, DefaultPort)
+		if (err == nil) != tt.ok || hp != tt.hostport {
+			t.Errorf("parsePeerURL(%q) = %q, %v", tt.in, hp, err)
 		}
 		if err != nil && !errors.Is(err, ErrBadURL) {
 			t.Errorf("parsePeerURL(%q): %v does not wrap ErrBadURL", tt.in, err)

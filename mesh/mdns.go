@@ -102,7 +102,7 @@ func parseTXT(txt []string) (txtRecord, bool) {
 			r.a2a = v == "1"
 		}
 	}
-	if r.id == "" || len(r.id) > maxIDLen || !isIDChars(r.id) || !isFP(r.fp) {
+	if r.id == "" || len(r.id) > maxIDLen || !isIDChars(r.id) || !canonicalFP(r.fp) {
 		return txtRecord{}, false
 	}
 	return r, true
@@ -319,7 +319,7 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 		return
 	}
 	d.probeAsync("mdns|"+txt.id+"|"+strings.Join(addrs, ","), func(ctx context.Context) {
-		h, _, err := d.probeAddrs(ctx, "https", addrs, txt.fp, false)
+		h, _, err := d.probeAddrs(ctx, addrs, txt.fp, false)
 		if err != nil {
 			d.log.Debug("mDNS peer hello", "peer", short(txt.id), "err", err)
 			return
@@ -331,7 +331,7 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 		if !d.LAN() {
 			return // switched off while probing
 		}
-		if err := d.table.upsert(h, SourceMDNS, "https", addrs, expiry, ""); err != nil {
+		if err := d.table.upsert(h, SourceMDNS, addrs, expiry, ""); err != nil {
 			d.log.Debug("mDNS peer", "peer", short(h.ID), "err", err)
 		}
 	})

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"tailscale.com/net/tsaddr"
+
+	"meshtray/pairing"
 )
 
 // prober fetches GET /mesh/hello from an address and checks it: the body is a
@@ -59,12 +61,12 @@ func observeTLS() *tls.Config {
 	return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // checked by fingerprint after the handshake
 }
 
-// probe GETs scheme://hostport/mesh/hello. wantFP, when not empty, is the
+// probe GETs https://hostport/mesh/hello. wantFP, when not empty, is the
 // fingerprint the peer must present (TLSConfig(wantFP) pins it; the check is
-// repeated here). Plain http is accepted only for loopback hosts, where there
-// is no certificate to check. Errors wrap ErrNotMeshtray, ErrFingerprint,
+// repeated here). There is no plain-http probe: only a certificate proves
+// the hello's fp, and so its id. Errors wrap ErrNotMeshtray, ErrFingerprint,
 // ErrDeviceID, or the transport error.
-func (p *prober) probe(ctx context.Context, scheme, hostport, wantFP string) (Hello, error) {
+func (p *prober) probe(ctx context.Context, hostport, wantFP string) (Hello, error) {
 	select {
 	case p.sem <- struct{}{}:
 		defer func() { <-p.sem }()
@@ -90,7 +92,7 @@ func (p *prober) probe(ctx context.Context, scheme, hostport, wantFP string) (He
 		ForceAttemptHTTP2:      false,
 	}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+hostport+HelloPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+hostport+HelloPath, nil)
 	if err != nil {
 		return Hello{}, fmt.Errorf("%w: %v", ErrBadURL, err)
 	}
@@ -117,13 +119,11 @@ func (p *prober) probe(ctx context.Context, scheme, hostport, wantFP string) (He
 	if err := h.Validate(); err != nil {
 		return Hello{}, fmt.Errorf("%s: %w", hostport, err)
 	}
-	if scheme == "https" {
-		if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
-			return Hello{}, fmt.Errorf("%w: %s presented no certificate", ErrFingerprint, hostport)
-		}
-		if got := Fingerprint(resp.TLS.PeerCertificates[0].Raw); got != h.FP {
-			return Hello{}, fmt.Errorf("%w: %s says fp %.16s… but presented %.16s…", ErrFingerprint, hostport, h.FP, got)
-		}
+	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+		return Hello{}, fmt.Errorf("%w: %s presented no certificate", ErrFingerprint, hostport)
+	}
+	if got := pairing.Fingerprint(resp.TLS.PeerCertificates[0].Raw); got != h.FP {
+		return Hello{}, fmt.Errorf("%w: %s says fp %.16s… but presented %.16s…", ErrFingerprint, hostport, h.FP, got)
 	}
 	if wantFP != "" && h.FP != wantFP {
 		return Hello{}, fmt.Errorf("%w: %s: expected %.16s…, got %.16s…", ErrFingerprint, hostport, wantFP, h.FP)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -18,6 +17,13 @@ const (
 	maxRows       = 256 // device IDs in the table
 	maxManualRows = 64  // rows added by hand
 	maxAddrs      = 8   // addresses kept per peer and source
+	// maxStrangerRows bounds the rows a LAN stranger can fill: unpaired
+	// rows seen only over mDNS (anyone on the link can announce and
+	// answer for any number of identities). The other maxRows-
+	// maxStrangerRows stay for the user's own devices: paired, tailnet
+	// (the user's tailnet admits them) and manual rows, which also evict
+	// stranger rows when the table is full.
+	maxStrangerRows = 128
 )
 
 // sourceOrder is the order of Peer.Sources.
@@ -30,7 +36,6 @@ type sighting struct {
 	expires time.Time // zero: no expiry (tailscale follows Status, manual stays)
 	online  bool
 	node    string // tailnet node name
-	scheme  string // "https", or "http" for a loopback manual peer
 }
 
 type row struct {
@@ -46,7 +51,7 @@ type Table struct {
 	now    func() time.Time
 	paired func(id string) bool
 	selfID func() string
-	probe  func(ctx context.Context, scheme, hostport, wantFP string) (Hello, error)
+	probe  func(ctx context.Context, hostport, wantFP string) (Hello, error)
 	port   int
 
 	// mu guards rows and subs.
@@ -135,26 +140,28 @@ func (t *Table) notifyLocked() {
 
 // AddManual probes rawURL's GET /mesh/hello and adds the peer with source
 // manual. rawURL is https://host[:port][/] (port defaults to the table's
-// port); http:// is accepted only for a loopback host (two nodes on one
-// machine), which has no certificate to check. Errors: ErrBadURL, ErrSelf,
-// ErrTableFull, ErrConflict, and the probe's (ErrNotMeshtray,
-// ErrFingerprint, ErrDeviceID, transport errors).
+// port), loopback hosts included (a second node on this machine serves TLS
+// on its loopback listener too). Plain http:// is refused: without a
+// certificate nothing proves the answer's id and fp, so any local process
+// could claim a paired peer's identity and have its held token sent to it.
+// Errors: ErrBadURL, ErrSelf, ErrTableFull, ErrConflict, and the probe's
+// (ErrNotMeshtray, ErrFingerprint, ErrDeviceID, transport errors).
 func (t *Table) AddManual(ctx context.Context, rawURL string) (Peer, error) {
 	if t.probe == nil {
 		return Peer{}, fmt.Errorf("%w: no prober", ErrBadURL)
 	}
-	scheme, hostport, err := parsePeerURL(rawURL, t.port)
+	hostport, err := parsePeerURL(rawURL, t.port)
 	if err != nil {
 		return Peer{}, err
 	}
-	h, err := t.probe(ctx, scheme, hostport, "")
+	h, err := t.probe(ctx, hostport, "")
 	if err != nil {
 		return Peer{}, err
 	}
 	if h.ID == t.selfID() {
 		return Peer{}, ErrSelf
 	}
-	if err := t.upsert(h, SourceManual, scheme, []string{hostport}, 0, ""); err != nil {
+	if err := t.upsert(h, SourceManual, []string{hostport}, 0, ""); err != nil {
 		return Peer{}, err
 	}
 	p, _ := t.Get(h.ID)
@@ -167,42 +174,41 @@ func (t *Table) Remove(id string) bool {
 	return t.drop(id, SourceManual)
 }
 
-func parsePeerURL(raw string, defPort int) (scheme, hostport string, err error) {
+// parsePeerURL checks a manual peer's URL (https://host[:port][/]) and
+// returns its "host:port".
+func parsePeerURL(raw string, defPort int) (hostport string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", "", fmt.Errorf("%w: %v", ErrBadURL, err)
+		return "", fmt.Errorf("%w: %v", ErrBadURL, err)
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
-		return "", "", fmt.Errorf("%w: want scheme://host[:port]", ErrBadURL)
+		return "", fmt.Errorf("%w: want https://host[:port]", ErrBadURL)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		return "", fmt.Errorf("%w: plain http proves no identity; use https:// (loopback too)", ErrBadURL)
+	default:
+		return "", fmt.Errorf("%w: scheme must be https", ErrBadURL)
 	}
 	host := u.Hostname()
 	if host == "" {
-		return "", "", fmt.Errorf("%w: no host", ErrBadURL)
+		return "", fmt.Errorf("%w: no host", ErrBadURL)
 	}
 	port := defPort
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			return "", "", fmt.Errorf("%w: bad port", ErrBadURL)
+			return "", fmt.Errorf("%w: bad port", ErrBadURL)
 		}
 		port = n
 	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		ip, err := netip.ParseAddr(host)
-		if host != "localhost" && (err != nil || !ip.IsLoopback()) {
-			return "", "", fmt.Errorf("%w: plain http only for loopback", ErrBadURL)
-		}
-	default:
-		return "", "", fmt.Errorf("%w: scheme must be https", ErrBadURL)
-	}
-	return u.Scheme, net.JoinHostPort(host, strconv.Itoa(port)), nil
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
 // upsert records a verified hello seen through src at addrs. ttl > 0 makes
 // the sighting expire unless refreshed within ttl.
-func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl time.Duration, node string) error {
+func (t *Table) upsert(h Hello, src Source, addrs []string, ttl time.Duration, node string) error {
 	now := t.now()
 	if len(addrs) > maxAddrs {
 		addrs = addrs[:maxAddrs]
@@ -215,8 +221,8 @@ func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl t
 	}
 	changed := false
 	if !ok {
-		if len(t.rows) >= maxRows && !t.evictLocked() {
-			return ErrTableFull
+		if err := t.makeRoomLocked(h.ID, src); err != nil {
+			return err
 		}
 		r = &row{by: make(map[Source]*sighting)}
 		t.rows[h.ID] = r
@@ -250,7 +256,6 @@ func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl t
 		s.node = node
 		changed = true
 	}
-	s.scheme = scheme
 	s.seen = now
 	s.expires = time.Time{}
 	if ttl > 0 {
@@ -260,6 +265,44 @@ func (t *Table) upsert(h Hello, src Source, scheme string, addrs []string, ttl t
 		t.notifyLocked()
 	}
 	return nil
+}
+
+// makeRoomLocked checks that a new row for id seen through src fits, and
+// evicts one to make room when it must (ErrTableFull when nothing may go).
+// A stranger row (unpaired, mDNS only) fits while fewer than
+// maxStrangerRows exist, else by evicting an offline stranger row. Any
+// other row fits while the table has fewer than maxRows, else by evicting
+// an offline unpaired row, else the stranger row seen least recently even
+// if online: the user's own devices always find room. t.mu must be held.
+func (t *Table) makeRoomLocked(id string, src Source) error {
+	if src == SourceMDNS && !t.paired(id) {
+		strangers := 0
+		for rid, r := range t.rows {
+			if t.strangerLocked(rid, r) {
+				strangers++
+			}
+		}
+		if strangers >= maxStrangerRows || len(t.rows) >= maxRows {
+			if !t.evictLocked(func(rid string, r *row) bool { return t.strangerLocked(rid, r) && !r.online() }) {
+				return ErrTableFull
+			}
+		}
+		return nil
+	}
+	if len(t.rows) < maxRows {
+		return nil
+	}
+	if t.evictLocked(func(rid string, r *row) bool { return !r.online() && !t.paired(rid) }) ||
+		t.evictLocked(t.strangerLocked) {
+		return nil
+	}
+	return ErrTableFull
+}
+
+// strangerLocked reports whether a row is one a LAN stranger can make:
+// not paired and seen over mDNS alone. t.mu must be held.
+func (t *Table) strangerLocked(id string, r *row) bool {
+	return len(r.by) == 1 && r.by[SourceMDNS] != nil && !t.paired(id)
 }
 
 // countLocked counts the rows with a src sighting. t.mu must be held.
@@ -273,13 +316,13 @@ func (t *Table) countLocked(src Source) int {
 	return n
 }
 
-// evictLocked drops the least recently seen row that is offline and not
-// paired, to make room. t.mu must be held.
-func (t *Table) evictLocked() bool {
+// evictLocked drops the least recently seen row that may go, and reports
+// whether there was one. t.mu must be held.
+func (t *Table) evictLocked(mayGo func(id string, r *row) bool) bool {
 	var victim string
 	var oldest time.Time
 	for id, r := range t.rows {
-		if r.online() || t.paired(id) {
+		if !mayGo(id, r) {
 			continue
 		}
 		if ls := r.lastSeen(); victim == "" || ls.Before(oldest) {
@@ -407,7 +450,6 @@ type target struct {
 	fp    string
 	src   Source
 	addrs []string
-	sch   string
 }
 
 // targets lists the sightings to re-check, for sources in srcs.
@@ -421,7 +463,7 @@ func (t *Table) targets(srcs ...Source) []target {
 			if s == nil || len(s.addrs) == 0 {
 				continue
 			}
-			out = append(out, target{id: id, fp: r.hello.FP, src: src, addrs: slices.Clone(s.addrs), sch: cmp.Or(s.scheme, "https")})
+			out = append(out, target{id: id, fp: r.hello.FP, src: src, addrs: slices.Clone(s.addrs)})
 		}
 	}
 	return out

@@ -2,9 +2,12 @@ package mesh
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"sync"
@@ -44,14 +47,14 @@ func TestTableMergeBySource(t *testing.T) {
 	defer cancel()
 
 	h := helloOf(a, "laptop")
-	if err := tb.upsert(h, SourceMDNS, "https", []string{"198.18.7.2:47654"}, time.Minute, ""); err != nil {
+	if err := tb.upsert(h, SourceMDNS, []string{"198.18.7.2:47654"}, time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 	if !drained(ch) {
 		t.Fatal("no notification for a new row")
 	}
 	clk.add(time.Second)
-	if err := tb.upsert(h, SourceTailscale, "https", []string{"100.64.0.2:47654"}, 0, "laptop.tail.ts.net"); err != nil {
+	if err := tb.upsert(h, SourceTailscale, []string{"100.64.0.2:47654"}, 0, "laptop.tail.ts.net"); err != nil {
 		t.Fatal(err)
 	}
 	paired[a.id] = true
@@ -109,12 +112,12 @@ func TestTableRefusesConflictingFingerprint(t *testing.T) {
 	t.Parallel()
 	tb := newTable(nil, nil, nil, DefaultPort)
 	a, b := newTestIdentity(t), newTestIdentity(t)
-	if err := tb.upsert(helloOf(a, "a"), SourceMDNS, "https", []string{"198.18.7.2:1"}, time.Minute, ""); err != nil {
+	if err := tb.upsert(helloOf(a, "a"), SourceMDNS, []string{"198.18.7.2:1"}, time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 	spoof := helloOf(b, "a")
 	spoof.ID = a.id
-	if err := tb.upsert(spoof, SourceTailscale, "https", []string{"198.18.7.9:1"}, 0, ""); !errors.Is(err, ErrConflict) {
+	if err := tb.upsert(spoof, SourceTailscale, []string{"198.18.7.9:1"}, 0, ""); !errors.Is(err, ErrConflict) {
 		t.Fatalf("err = %v, want ErrConflict", err)
 	}
 	tb.updateHello(spoof)
@@ -123,45 +126,127 @@ func TestTableRefusesConflictingFingerprint(t *testing.T) {
 	}
 }
 
+// fakeHello is a hello for table tests of bounds, where hundreds of rows
+// are needed: the table trusts its callers (the prober) on id and fp, so
+// no certificate is made.
+func fakeHello(kind string, i int) Hello {
+	sum := sha256.Sum256([]byte(fmt.Sprint(kind, i)))
+	return Hello{ID: fmt.Sprintf("%s-%04d", kind, i), Name: kind, OS: "test", FP: hex.EncodeToString(sum[:]), V: ProtocolVersion}
+}
+
 func TestTableBounds(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
 	tb := newTable(clk.now, nil, nil, DefaultPort)
-	ids := make([]testIdentity, maxRows+1)
-	for i := range ids {
-		ids[i] = newTestIdentity(t)
-	}
 	addrs := make([]string, 20)
 	for i := range addrs {
-		addrs[i] = fmt.Sprintf("198.18.7.%d:47654", i+1)
+		addrs[i] = fmt.Sprintf("100.64.7.%d:47654", i+1)
 	}
 	for i := range maxRows {
 		clk.add(time.Millisecond)
-		if err := tb.upsert(helloOf(ids[i], "n"), SourceMDNS, "https", addrs, time.Minute, ""); err != nil {
+		if err := tb.upsert(fakeHello("ts", i), SourceTailscale, addrs, 0, ""); err != nil {
 			t.Fatal(i, err)
 		}
 	}
-	if p, _ := tb.Get(ids[0].id); len(p.Addrs[SourceMDNS]) != maxAddrs {
-		t.Fatalf("%d addresses kept, want %d", len(p.Addrs[SourceMDNS]), maxAddrs)
+	if p, _ := tb.Get(fakeHello("ts", 0).ID); len(p.Addrs[SourceTailscale]) != maxAddrs {
+		t.Fatalf("%d addresses kept, want %d", len(p.Addrs[SourceTailscale]), maxAddrs)
 	}
-	last := ids[maxRows]
-	if err := tb.upsert(helloOf(last, "n"), SourceMDNS, "https", addrs[:1], time.Minute, ""); !errors.Is(err, ErrTableFull) {
+	last := fakeHello("ts", maxRows)
+	if err := tb.upsert(last, SourceTailscale, addrs[:1], 0, ""); !errors.Is(err, ErrTableFull) {
 		t.Fatalf("err = %v, want ErrTableFull (every row online)", err)
 	}
 	// An offline row makes room: the least recently seen offline one goes.
-	tb.setOnline(ids[5].id, SourceMDNS, false)
-	tb.setOnline(ids[9].id, SourceMDNS, false)
-	if err := tb.upsert(helloOf(last, "n"), SourceMDNS, "https", addrs[:1], time.Minute, ""); err != nil {
+	tb.setOnline(fakeHello("ts", 5).ID, SourceTailscale, false)
+	tb.setOnline(fakeHello("ts", 9).ID, SourceTailscale, false)
+	if err := tb.upsert(last, SourceTailscale, addrs[:1], 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := tb.Get(ids[5].id); ok {
+	if _, ok := tb.Get(fakeHello("ts", 5).ID); ok {
 		t.Fatal("the oldest offline row should have been evicted")
 	}
-	if _, ok := tb.Get(ids[9].id); !ok {
+	if _, ok := tb.Get(fakeHello("ts", 9).ID); !ok {
 		t.Fatal("only one row should have been evicted")
 	}
 	if n := len(tb.Snapshot()); n != maxRows {
 		t.Fatalf("%d rows, want %d", n, maxRows)
+	}
+}
+
+// TestTableStrangersCannotCrowdOut: one host on the LAN can announce and
+// answer for any number of identities. Those rows (unpaired, mDNS only)
+// are capped at maxStrangerRows, and the user's own devices (paired,
+// tailnet, manual) evict them when the table is full, online or not.
+func TestTableStrangersCannotCrowdOut(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	paired := map[string]bool{fakeHello("mine", 0).ID: true}
+	tb := newTable(clk.now, func(id string) bool { return paired[id] }, nil, DefaultPort)
+	lan := []string{"198.18.7.66:47654"}
+	accepted := 0
+	for i := range maxRows + 44 {
+		clk.add(time.Millisecond)
+		err := tb.upsert(fakeHello("stranger", i), SourceMDNS, lan, time.Minute, "")
+		switch {
+		case err == nil:
+			accepted++
+		case !errors.Is(err, ErrTableFull):
+			t.Fatal(i, err)
+		}
+	}
+	if accepted != maxStrangerRows {
+		t.Fatalf("%d unpaired mDNS rows accepted, want the cap %d", accepted, maxStrangerRows)
+	}
+	// The user's paired device, seen over mDNS too, still gets in.
+	clk.add(time.Millisecond)
+	if err := tb.upsert(fakeHello("mine", 0), SourceMDNS, []string{"198.18.7.2:47654"}, time.Minute, ""); err != nil {
+		t.Fatalf("paired device refused by a flooded table: %v", err)
+	}
+	// The rest of the table fills with tailnet rows.
+	n := maxRows - len(tb.Snapshot())
+	for i := range n {
+		clk.add(time.Millisecond)
+		if err := tb.upsert(fakeHello("ts", i), SourceTailscale, []string{"100.64.7.1:47654"}, 0, ""); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	// Full, every row online: a tailnet row and a manual row each evict
+	// the stranger row seen least recently; a new stranger finds no room.
+	for _, tc := range []struct {
+		h      Hello
+		src    Source
+		victim string
+	}{
+		{fakeHello("ts", n), SourceTailscale, fakeHello("stranger", 0).ID},
+		{fakeHello("manual", 0), SourceManual, fakeHello("stranger", 1).ID},
+	} {
+		clk.add(time.Millisecond)
+		if err := tb.upsert(tc.h, tc.src, []string{"198.18.7.3:47654"}, 0, ""); err != nil {
+			t.Fatalf("%s row refused by a full table: %v", tc.src, err)
+		}
+		if _, ok := tb.Get(tc.victim); ok {
+			t.Fatalf("%s row: the oldest stranger row %s should have made room", tc.src, tc.victim)
+		}
+		if got := len(tb.Snapshot()); got != maxRows {
+			t.Fatalf("%d rows, want %d", got, maxRows)
+		}
+	}
+	if err := tb.upsert(fakeHello("stranger", 9999), SourceMDNS, lan, time.Minute, ""); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("new stranger in a full table: %v, want ErrTableFull", err)
+	}
+	// A stranger gone quiet makes room for another stranger; paired and
+	// tailnet rows never go for strangers.
+	tb.setOnline(fakeHello("stranger", 7).ID, SourceMDNS, false)
+	tb.setOnline(fakeHello("ts", 3).ID, SourceTailscale, false)
+	if err := tb.upsert(fakeHello("stranger", 9999), SourceMDNS, lan, time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tb.Get(fakeHello("stranger", 7).ID); ok {
+		t.Fatal("the offline stranger row should have made room")
+	}
+	for _, id := range []string{fakeHello("ts", 3).ID, fakeHello("mine", 0).ID} {
+		if _, ok := tb.Get(id); !ok {
+			t.Fatalf("%s evicted for a stranger", id)
+		}
 	}
 }
 
@@ -171,7 +256,7 @@ func TestTableSubscribeCoalesces(t *testing.T) {
 	ch, cancel := tb.Subscribe()
 	for i := range 50 {
 		id := newTestIdentity(t)
-		if err := tb.upsert(helloOf(id, "n"), SourceManual, "https", []string{fmt.Sprint("198.18.7.1:", i+1)}, 0, ""); err != nil {
+		if err := tb.upsert(helloOf(id, "n"), SourceManual, []string{fmt.Sprint("198.18.7.1:", i+1)}, 0, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -180,7 +265,7 @@ func TestTableSubscribeCoalesces(t *testing.T) {
 	}
 	cancel()
 	cancel() // idempotent
-	tb.upsert(helloOf(newTestIdentity(t), "n"), SourceManual, "https", []string{"198.18.7.1:9"}, 0, "")
+	tb.upsert(helloOf(newTestIdentity(t), "n"), SourceManual, []string{"198.18.7.1:9"}, 0, "")
 	if drained(ch) {
 		t.Fatal("notified after cancel")
 	}
@@ -223,6 +308,52 @@ func TestAddManual(t *testing.T) {
 	}
 	if len(d.Table().Snapshot()) != 0 {
 		t.Fatal("table not empty")
+	}
+}
+
+// TestManualPlainHTTPClaimsNothing: a local process answering the hello
+// over plain http on loopback can copy a paired peer's id and fp (both
+// public). Without a certificate nothing proves them, so such a URL is
+// refused: it never becomes a row, nor an address on the real peer's row
+// (where held tokens would then be sent).
+func TestManualPlainHTTPClaimsNothing(t *testing.T) {
+	t.Parallel()
+	self, peer := newTestIdentity(t), newTestIdentity(t)
+	d := New(Options{
+		Self:        func() Hello { return helloOf(self, "self") },
+		NoTailscale: true,
+		DeviceID:    testDeviceID,
+		Timing:      Timing{ProbeTimeout: 2 * time.Second},
+	})
+	peerLn := listenLoopback(t)
+	serveHello(t, peerLn, peer, func() Hello { return helloOf(peer, "desktop") })
+	// The impostor: the peer's hello, served in clear.
+	fakeLn := listenLoopback(t)
+	fake := &http.Server{Handler: HelloHandler(func() Hello { return helloOf(peer, "desktop") }), ReadHeaderTimeout: time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = fake.Serve(fakeLn) }()
+	t.Cleanup(func() { fake.Close(); <-done })
+	fakeURL := "http://" + fakeLn.Addr().String()
+
+	ctx := context.Background()
+	// Not in the table yet: the impostor cannot create the row.
+	if _, err := d.Table().AddManual(ctx, fakeURL); !errors.Is(err, ErrBadURL) {
+		t.Fatalf("plain-http manual peer: %v, want ErrBadURL", err)
+	}
+	if _, ok := d.Table().Get(peer.id); ok {
+		t.Fatal("a plain-http answer made a row")
+	}
+	// Verified over HTTPS: the impostor cannot add or replace its address.
+	real := "https://" + peerLn.Addr().String()
+	if _, err := d.Table().AddManual(ctx, real); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Table().AddManual(ctx, fakeURL); !errors.Is(err, ErrBadURL) {
+		t.Fatalf("plain-http sighting of a verified peer: %v, want ErrBadURL", err)
+	}
+	p, _ := d.Table().Get(peer.id)
+	if !slices.Equal(p.Addrs[SourceManual], []string{peerLn.Addr().String()}) || len(p.Sources) != 1 {
+		t.Fatalf("verified row changed by a plain-http answer: %+v", p)
 	}
 }
 
@@ -326,19 +457,19 @@ func TestManualRowsBounded(t *testing.T) {
 	t.Parallel()
 	tb := newTable(nil, nil, nil, DefaultPort)
 	for i := range maxManualRows {
-		if err := tb.upsert(helloOf(newTestIdentity(t), "m"), SourceManual, "https", []string{fmt.Sprint("198.18.7.1:", i+1)}, 0, ""); err != nil {
+		if err := tb.upsert(helloOf(newTestIdentity(t), "m"), SourceManual, []string{fmt.Sprint("198.18.7.1:", i+1)}, 0, ""); err != nil {
 			t.Fatal(i, err)
 		}
 	}
 	extra := newTestIdentity(t)
-	if err := tb.upsert(helloOf(extra, "m"), SourceManual, "https", []string{"198.18.7.2:1"}, 0, ""); !errors.Is(err, ErrTableFull) {
+	if err := tb.upsert(helloOf(extra, "m"), SourceManual, []string{"198.18.7.2:1"}, 0, ""); !errors.Is(err, ErrTableFull) {
 		t.Fatalf("err = %v, want ErrTableFull", err)
 	}
 	if _, ok := tb.Get(extra.id); ok {
 		t.Fatal("refused manual peer left a row behind")
 	}
 	// The same device seen over mDNS is still welcome.
-	if err := tb.upsert(helloOf(extra, "m"), SourceMDNS, "https", []string{"198.18.7.2:1"}, time.Minute, ""); err != nil {
+	if err := tb.upsert(helloOf(extra, "m"), SourceMDNS, []string{"198.18.7.2:1"}, time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -168,9 +168,10 @@ func TestTailnetDiscovery(t *testing.T) {
 	selfID, bID := newTestIdentity(t), newTestIdentity(t)
 	bSrv := serveMeshtrayOnTailnet(t, b, bID, "bravo-meshtray")
 
+	alc := &whoIsCounting{LocalAPI: localClient(t, a)}
 	d := New(Options{
 		Self:      func() Hello { return helloOf(selfID, "alpha-meshtray") },
-		Tailscale: localClient(t, a),
+		Tailscale: alc,
 		Dial:      a.Dial,
 		DeviceID:  testDeviceID,
 		Timing:    tailnetTiming,
@@ -266,9 +267,19 @@ func TestTailnetDiscovery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		before := alc.n.Load()
 		who := d.WhoIs(ctx, remote)
 		if who == nil || !strings.HasPrefix(who.Node, "bravo") || who.User == "" {
 			t.Fatalf("WhoIs(%v) = %+v", remote, who)
+		}
+		// The next request of bravo (another connection, another port) is
+		// answered from the cache, identically.
+		again := d.WhoIs(ctx, netip.AddrPortFrom(remote.Addr(), remote.Port()+1))
+		if again == nil || *again != *who {
+			t.Fatalf("cached WhoIs = %+v, want %+v", again, who)
+		}
+		if n := alc.n.Load() - before; n != 1 {
+			t.Fatalf("%d LocalAPI WhoIs calls for two requests of one node, want 1", n)
 		}
 		if who := d.WhoIs(ctx, netip.MustParseAddrPort("127.0.0.1:5000")); who != nil {
 			t.Fatalf("WhoIs(loopback) = %+v, want nil", who)

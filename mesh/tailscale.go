@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"tailscale.com/client/local"
@@ -433,7 +434,7 @@ func (d *Discovery) calledBy(ip netip.Addr) {
 
 // probeTailnetPeer asks a tailnet peer for its hello on the default port.
 func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []string, node string) {
-	h, _, err := d.probeAddrs(ctx, "https", addrs, "", true)
+	h, _, err := d.probeAddrs(ctx, addrs, "", true)
 	if ctx.Err() != nil {
 		return
 	}
@@ -457,7 +458,7 @@ func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []st
 	}
 	p.id = h.ID
 	d.mu.Unlock()
-	if err := d.table.upsert(h, SourceTailscale, "https", addrs, 0, node); err != nil {
+	if err := d.table.upsert(h, SourceTailscale, addrs, 0, node); err != nil {
 		d.log.Debug("tailnet peer", "peer", short(h.ID), "err", err)
 	}
 }
@@ -469,7 +470,7 @@ func (d *Discovery) recheckOne(id string, src Source) {
 		return
 	}
 	d.probeAsync("re|"+string(src)+"|"+id, func(ctx context.Context) {
-		got, _, err := d.probeAddrs(ctx, cmpScheme(s.scheme), s.addrs, h.FP, src == SourceTailscale)
+		got, _, err := d.probeAddrs(ctx, s.addrs, h.FP, src == SourceTailscale)
 		if ctx.Err() != nil {
 			return
 		}
@@ -554,15 +555,9 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout()
 }
 
-func cmpScheme(s string) string {
-	if s == "" {
-		return "https"
-	}
-	return s
-}
-
 // tailnetGone marks every tailnet sighting offline: our own tailnet is down.
 func (d *Discovery) tailnetGone() {
+	d.whois.clear()
 	d.mu.Lock()
 	var ids []string
 	for key, p := range d.tsPeers {
@@ -610,19 +605,117 @@ func tailnetAddrs(ips []netip.Addr, port int) []string {
 // whoIsTimeout bounds one LocalAPI WhoIs.
 const whoIsTimeout = 3 * time.Second
 
+// WhoIs cache: pairing's auth middleware asks on every authenticated
+// tailnet request, and a LocalAPI round trip per request would tie each
+// request's latency to tailscaled's. A tailnet address keeps its node for
+// the life of the node key, so a few seconds' memory is safe.
+const (
+	whoIsTTL      = 5 * time.Second // an answer naming a node
+	whoIsMissTTL  = time.Second     // "not known" or a LocalAPI error
+	maxWhoIsCache = 256             // addresses remembered
+)
+
+// whoIsCache remembers WhoIs answers per tailnet address (the port is
+// ignored: every connection of a node comes from its address). Bounded at
+// maxWhoIsCache: when full, expired entries go, then the one expiring
+// first. Safe for concurrent use.
+type whoIsCache struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[netip.Addr]whoIsEntry // guarded by mu
+}
+
+type whoIsEntry struct {
+	id    *pairing.TailnetIdentity // nil: the LocalAPI did not name a node
+	until time.Time
+}
+
+func newWhoIsCache() *whoIsCache {
+	return &whoIsCache{now: time.Now, m: make(map[netip.Addr]whoIsEntry)}
+}
+
+// get returns the cached answer for a and whether there was one.
+func (c *whoIsCache) get(a netip.Addr) (*pairing.TailnetIdentity, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[a]
+	if !ok || !c.now().Before(e.until) {
+		return nil, false
+	}
+	return cloneIdentity(e.id), true
+}
+
+// put remembers id (nil for a miss) for a.
+func (c *whoIsCache) put(a netip.Addr, id *pairing.TailnetIdentity) {
+	ttl := whoIsTTL
+	if id == nil {
+		ttl = whoIsMissTTL
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if _, ok := c.m[a]; !ok && len(c.m) >= maxWhoIsCache {
+		var first netip.Addr
+		var firstUntil time.Time
+		for k, e := range c.m {
+			if !now.Before(e.until) {
+				delete(c.m, k)
+				continue
+			}
+			if !first.IsValid() || e.until.Before(firstUntil) {
+				first, firstUntil = k, e.until
+			}
+		}
+		if len(c.m) >= maxWhoIsCache {
+			delete(c.m, first)
+		}
+	}
+	c.m[a] = whoIsEntry{id: cloneIdentity(id), until: now.Add(ttl)}
+}
+
+func cloneIdentity(id *pairing.TailnetIdentity) *pairing.TailnetIdentity {
+	if id == nil {
+		return nil
+	}
+	c := *id
+	return &c
+}
+
+// clear forgets every answer (the tailnet went away).
+func (c *whoIsCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+}
+
+func (c *whoIsCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
 // WhoIs tells which tailnet node and user an incoming connection from
 // remote comes from (LocalAPI /localapi/v0/whois). nil when remote is not a
 // tailnet address (tsaddr.IsTailscaleIP), the watcher is off, or the
-// LocalAPI does not know it.
+// LocalAPI does not know it. Answers are cached per address for whoIsTTL
+// (misses and LocalAPI errors for whoIsMissTTL; a canceled caller's is not
+// kept). The result is the caller's own copy.
 func (d *Discovery) WhoIs(ctx context.Context, remote netip.AddrPort) *pairing.TailnetIdentity {
 	if d.lc == nil || !tsaddr.IsTailscaleIP(remote.Addr()) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, whoIsTimeout)
+	addr := remote.Addr().Unmap()
+	if id, ok := d.whois.get(addr); ok {
+		return id
+	}
+	wctx, cancel := context.WithTimeout(ctx, whoIsTimeout)
 	defer cancel()
-	r, err := d.lc.WhoIs(ctx, remote.String())
+	r, err := d.lc.WhoIs(wctx, remote.String())
 	if err != nil || r == nil || r.Node == nil {
 		d.log.Debug("whois", "addr", remote, "err", err)
+		if ctx.Err() == nil {
+			d.whois.put(addr, nil)
+		}
 		return nil
 	}
 	id := &pairing.TailnetIdentity{Node: strings.TrimSuffix(r.Node.Name, ".")}
@@ -632,5 +725,6 @@ func (d *Discovery) WhoIs(ctx context.Context, remote netip.AddrPort) *pairing.T
 	if r.UserProfile != nil {
 		id.User = r.UserProfile.LoginName
 	}
+	d.whois.put(addr, id)
 	return id
 }
