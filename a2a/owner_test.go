@@ -220,3 +220,58 @@ func TestRequirePublished(t *testing.T) {
 		}
 	})
 }
+
+func TestInterruptedTaskExpires(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t, Options{InterruptedTTL: 150 * time.Millisecond, MaxLiveTasksPerOwner: 1})
+	c := env.client(t, tokA)
+	ctx := context.Background()
+	asking := sendTask(t, ctx, c, userMsg("ask"))
+	if asking.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("task %+v", asking.Status)
+	}
+	// It holds the grant's only slot while it waits.
+	raw := rawHTTP(t, env, tokA, `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m2","role":"user","parts":[{"kind":"text","text":"echo x"}]}}}`)
+	if code := errorCode(t, raw); code != CodeLiveTaskLimit {
+		t.Fatalf("second task while one waits: %s", raw)
+	}
+	var got *a2a.Task
+	waitFor(t, "the waiting task to expire", func() bool {
+		var err error
+		got, err = c.GetTask(ctx, &a2a.TaskQueryParams{ID: asking.ID})
+		return err == nil && got.Status.State.Terminal()
+	})
+	if got.Status.State != a2a.TaskStateCanceled || text(got.Status.Message) != "no answer within 150ms" {
+		t.Fatalf("expired task: %s %q", got.Status.State, text(got.Status.Message))
+	}
+	if env.srv.Status().LiveTasks != 0 {
+		t.Fatal("the expired task still counts as live")
+	}
+	if task := sendTask(t, ctx, c, userMsg("echo x")); task.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("after expiry: %+v", task.Status)
+	}
+	// An answer in time stops the clock: the task completes and stays so.
+	asking = sendTask(t, ctx, c, userMsg("ask"))
+	done, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: answerTo(asking, a2a.TextPart{Text: "bob"})})
+	if err != nil || done.(*a2a.Task).Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("answer: %v %+v", err, done)
+	}
+	env.srv.mu.Lock()
+	tk := env.srv.tasks[asking.ID]
+	env.srv.mu.Unlock()
+	tk.mu.Lock()
+	armed := tk.expiry != nil
+	tk.mu.Unlock()
+	if armed {
+		t.Fatal("the expiry clock still runs after the answer")
+	}
+}
+
+func TestDefaultInterruptedTTL(t *testing.T) {
+	t.Parallel()
+	srv := NewServer(Options{Executor: &scriptExecutor{}})
+	defer srv.Shutdown(context.Background())
+	if srv.opts.InterruptedTTL != 10*time.Minute {
+		t.Fatalf("default TTL %s", srv.opts.InterruptedTTL)
+	}
+}

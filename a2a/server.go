@@ -32,6 +32,7 @@ const (
 	DefaultMaxArtifacts         = 64
 	DefaultCancelWait           = 5 * time.Second
 	DefaultKeepAlive            = 15 * time.Second
+	DefaultInterruptedTTL       = 10 * time.Minute
 )
 
 // ManifestSource gives the node manifest the Agent Card's skills are
@@ -86,6 +87,11 @@ type Options struct {
 	// KeepAlive is the interval of SSE comment lines on an idle stream
 	// (default 15 s), so proxies keep a stream waiting for approval open.
 	KeepAlive time.Duration
+	// InterruptedTTL is how long a task may wait for its caller
+	// (input-required, auth-required) before it ends canceled with "no
+	// answer within <TTL>" (default 10 min): a waiting task holds one of
+	// its owner's MaxLiveTasksPerOwner slots.
+	InterruptedTTL time.Duration
 	// RequirePublished makes the JSON-RPC endpoint follow the publish
 	// switch (SetPublished), like the Agent Card: while unpublished,
 	// ServeHTTP answers a plain 404, as for a path that does not exist, and
@@ -161,6 +167,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = DefaultKeepAlive
+	}
+	if opts.InterruptedTTL <= 0 {
+		opts.InterruptedTTL = DefaultInterruptedTTL
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -830,9 +839,29 @@ func (s *Server) endTurn(ctx context.Context, t *task, ex *Execution, state a2a.
 	t.cancel = nil
 	close(t.done)
 	t.done = nil
+	if changed && interrupted(state) {
+		turn := t.turns
+		t.expiry = time.AfterFunc(s.opts.InterruptedTTL, func() { s.expire(t, turn) })
+	}
 	t.mu.Unlock()
 	if changed && state.Terminal() {
 		s.retire(t)
+	}
+}
+
+// expire ends a task that has waited for its caller since turn for
+// InterruptedTTL: canceled, "no answer within <TTL>".
+func (s *Server) expire(t *task, turn int) {
+	t.mu.Lock()
+	if t.turns != turn || t.cancel != nil || !interrupted(t.status.State) {
+		t.mu.Unlock() // answered (or ended) meanwhile
+		return
+	}
+	changed := t.setStatusLocked(a2a.TaskStateCanceled, agentMessage(fmt.Sprintf("no answer within %s", s.opts.InterruptedTTL)), s.now())
+	t.mu.Unlock()
+	if changed {
+		s.retire(t)
+		s.log.Info("task waiting for its caller expired", "task", t.id, "ttl", s.opts.InterruptedTTL)
 	}
 }
 

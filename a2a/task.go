@@ -52,6 +52,11 @@ type task struct {
 	// has finished.
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+
+	// expiry ends the task when it has waited for its caller
+	// (input-required) for Options.InterruptedTTL; nil otherwise. Any
+	// status change stops it.
+	expiry *time.Timer
 }
 
 type logEntry struct {
@@ -107,6 +112,10 @@ func (t *task) emitLocked(ev a2a.Event, final bool) {
 func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.Time) bool {
 	if t.status.State.Terminal() {
 		return false
+	}
+	if t.expiry != nil {
+		t.expiry.Stop()
+		t.expiry = nil
 	}
 	if msg != nil {
 		msg.TaskID = t.id
