@@ -291,7 +291,8 @@ func (c *capability) validate(params json.RawMessage) (json.RawMessage, error) {
 //  4. the approval policy (see EffectivePolicy): deny -> error wrapping
 //     ErrDenied; ask -> satisfied by call.Approved, else the Approver is
 //     asked (no Approver -> ErrDenied, "no one to ask"; a refusal ->
-//     ErrDenied with the owner's reason);
+//     ErrDenied with the owner's reason), with call.OnAsk called just
+//     before and call.OnApproved once the owner approved;
 //  5. the capability runs under ctx: cancelling ctx stops it (system.run
 //     kills its process group) and Invoke returns ctx's error promptly; a
 //     capability's own time limit -> error wrapping ErrTimeout.
@@ -358,6 +359,9 @@ func (r *Registry) authorize(ctx context.Context, c *capability, call Call, para
 	if r.approver == nil {
 		return fmt.Errorf("%w: %s needs the owner's approval and there is no one to ask", ErrDenied, c.Name)
 	}
+	if call.OnAsk != nil {
+		call.OnAsk()
+	}
 	ok, reason := r.approver.ApproveCall(ctx, CallApproval{Call: call, Summary: Summarize(c.Name, params)})
 	if err := ctx.Err(); err != nil {
 		return err
@@ -368,34 +372,58 @@ func (r *Registry) authorize(ctx context.Context, c *capability, call Call, para
 		}
 		return fmt.Errorf("%w: %s", ErrDenied, reason)
 	}
+	if call.OnApproved != nil {
+		call.OnApproved()
+	}
 	return nil
 }
 
-// maxSummary bounds the one-line call summary shown to the owner, in runes.
-const maxSummary = 200
+// MaxSummaryRunes bounds the one-line call summary shown to the owner: a
+// longer one is cut to MaxSummaryRunes-1 runes and "…".
+const MaxSummaryRunes = 200
 
 // Summarize is the one line shown to the owner for a call:
 // `system.run {"argv":["uname","-a"]}`, or just the name when there are no
-// params. Params are compacted and cut to 200 characters with "…"; runes
-// that are not printable (unicode.IsPrint: format characters such as the
-// bidirectional overrides U+202E, invisible separators) are shown as \uXXXX
-// escapes, so the owner sees what will run, not what it was made to look
-// like.
+// params. Params are compacted (their JSON escapes kept as sent) and the
+// whole line, name included, goes through EscapeInvisible, then is cut to
+// MaxSummaryRunes with "…": the owner sees what will run, not what it was
+// made to look like. The same call always gives the same line, so an
+// executor may compare it with the line the owner approved.
 func Summarize(name string, params json.RawMessage) string {
+	s := name
 	var b bytes.Buffer
-	if err := json.Compact(&b, params); err != nil || b.Len() == 0 || b.String() == "{}" || b.String() == "null" {
-		return name
+	if err := json.Compact(&b, params); err == nil && b.Len() > 0 && b.String() != "{}" && b.String() != "null" {
+		s += " " + b.String()
 	}
-	s := name + " " + escapeInvisible(b.String())
-	if utf8.RuneCountInString(s) > maxSummary {
+	s = EscapeInvisible(s)
+	if utf8.RuneCountInString(s) > MaxSummaryRunes {
 		rs := []rune(s)
-		s = string(rs[:maxSummary-1]) + "…"
+		s = string(rs[:MaxSummaryRunes-1]) + "…"
 	}
 	return s
 }
 
-func escapeInvisible(s string) string {
+// EscapeInvisible returns s with every rune that is not printable
+// (unicode.IsPrint: control characters, \n, \r and \t included, format
+// characters such as the bidirectional overrides U+202E and U+2066..U+2069,
+// zero-width and line separators, spaces other than U+0020) written as a
+// \uXXXX (or \UXXXXXXXX) escape, so the text is one line that shows what
+// it holds (Unicode TR#36 §2.2, Trojan Source CVE-2021-42574). Printable
+// text, backslashes included, is unchanged, so escaping twice changes
+// nothing more. Invalid UTF-8 bytes become U+FFFD.
+func EscapeInvisible(s string) string {
+	clean := true
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean && utf8.ValidString(s) {
+		return s
+	}
 	var b strings.Builder
+	b.Grow(len(s) + 16)
 	for _, r := range s {
 		switch {
 		case unicode.IsPrint(r):

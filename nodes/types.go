@@ -58,6 +58,13 @@ type Call struct {
 	// call (the approval of an A2A delegation that showed it), so a
 	// capability under policy ask is not asked twice.
 	Approved bool `json:"-"`
+	// OnAsk, when set, is called when the call must wait for the owner
+	// (policy ask, not Approved), just before the Approver is asked, so the
+	// caller can say so (an A2A task shows "waiting for the owner's
+	// approval of <call>"). OnApproved, when set, is called once the owner
+	// approved, before the capability runs. Both run on Invoke's goroutine.
+	OnAsk      func() `json:"-"`
+	OnApproved func() `json:"-"`
 }
 
 // Result is what a capability returned: a JSON value matching the
