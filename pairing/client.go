@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -58,25 +57,29 @@ func peerError(op string, status int, msg string) *PeerError {
 	return &PeerError{Op: op, Status: status, Message: clip(msg, 200), kind: kind}
 }
 
+// joinHeaderTimeout bounds the wait for a peer's answer headers during a
+// join: a status long poll answers within DefaultMaxWait, plus margin.
+const joinHeaderTimeout = DefaultMaxWait + 15*time.Second
+
 // peerClient returns an HTTP client for a peer's base URL: HTTPS pinned to
-// fp, or plain HTTP to a loopback address (CheckPeerURL). It never
-// follows redirects (a token must not travel elsewhere).
-func peerClient(base, fp string) (*http.Client, error) {
-	base, err := CheckPeerURL(base)
-	if err != nil {
+// fp (CheckPeerURL: https only, loopback included). A peer that accepts the
+// connection and never answers is given up after headerTimeout (the
+// transport's ResponseHeaderTimeout), whatever the caller's context. It
+// never follows redirects (a token must not travel elsewhere).
+func peerClient(base, fp string, headerTimeout time.Duration) (*http.Client, error) {
+	if _, err := CheckPeerURL(base); err != nil {
 		return nil, err
 	}
-	tr := &http.Transport{
-		Proxy:               nil, // never hand pairing traffic to a proxy
-		TLSHandshakeTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 2,
-		IdleConnTimeout:     30 * time.Second,
+	if fp == "" {
+		return nil, fmt.Errorf("%w: a peer needs its certificate fingerprint to pin", ErrInvalid)
 	}
-	if strings.HasPrefix(base, "https://") {
-		if fp == "" {
-			return nil, fmt.Errorf("%w: an https peer needs its certificate fingerprint to pin", ErrInvalid)
-		}
-		tr.TLSClientConfig = PinnedTLSConfig(fp)
+	tr := &http.Transport{
+		Proxy:                 nil, // never hand pairing traffic to a proxy
+		TLSClientConfig:       PinnedTLSConfig(fp),
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       30 * time.Second,
 	}
 	return &http.Client{
 		Transport:     tr,
@@ -134,7 +137,7 @@ func callJSON(ctx context.Context, c *http.Client, op, method, base, path, token
 type JoinOptions struct {
 	// URL is the pairing URL the other device shows
 	// (https://host:port/pair#c=CODE&fp=FP), or its base URL with Code and
-	// FP set. Plain http is accepted only to a loopback address.
+	// FP set. https only (CheckPeerURL), loopback included.
 	URL  string
 	Code string // overrides the URL's c
 	FP   string // overrides the URL's fp; required for https (the pin)
@@ -170,12 +173,12 @@ type JoinResult struct {
 	FirstContact bool
 }
 
-// lookAtIssuer reads GET /pair/issuer of a peer we have no pin for: over
-// HTTPS it accepts any certificate but requires the answer's fp to be the
-// certificate's; over plain HTTP (loopback only) it takes the answer.
+// lookAtIssuer reads GET /pair/issuer of a peer we have no pin for: it
+// accepts any certificate but requires the answer's fp to be the
+// certificate's.
 func lookAtIssuer(ctx context.Context, base string) (string, error) {
 	var seen string
-	tr := &http.Transport{Proxy: nil, TLSClientConfig: ObserveTLSConfig(&seen), TLSHandshakeTimeout: 10 * time.Second}
+	tr := &http.Transport{Proxy: nil, TLSClientConfig: ObserveTLSConfig(&seen), TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: DefaultCallTimeout}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	var info PeerInfo
@@ -186,16 +189,15 @@ func lookAtIssuer(ctx context.Context, base string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if strings.HasPrefix(base, "https://") && seen != fp {
+	if seen != fp {
 		return "", &PinError{Expected: fp, Got: seen}
 	}
 	return fp, nil
 }
 
 // Join pairs this device with another meshtray as the claimant: it claims
-// with the code over HTTPS pinned to the fingerprint from the URL (plain
-// HTTP only to loopback; with no fingerprint, the one GET /pair/issuer shows
-// on first contact), proves it holds its identity key (ClaimProof), checks the issuer's fingerprint and the SAS it
+// with the code over HTTPS pinned to the fingerprint from the URL (with no
+// fingerprint, the one GET /pair/issuer shows on first contact), proves it holds its identity key (ClaimProof), checks the issuer's fingerprint and the SAS it
 // computes itself (ErrSASMismatch), reports the SAS through OnSAS,
 // long-polls until the other owner decides (ErrDenied, ErrExpired), stores
 // the received token as a held grant, and, when Give is set, issues a grant
@@ -223,7 +225,7 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 		}
 	}
 	if code == "" {
-		return JoinResult{}, fmt.Errorf("%w: no pairing code (the URL's #c= or Code)", ErrInvalid)
+		return JoinResult{}, fmt.Errorf("%w: no pairing code: the URL has no #c=CODE; give the code the other device shows", ErrInvalid)
 	}
 	if len(o.Give) > 0 && o.SelfURL == "" {
 		return JoinResult{}, fmt.Errorf("%w: giving a grant back needs SelfURL", ErrInvalid)
@@ -242,19 +244,8 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 			return JoinResult{}, err
 		}
 		log.Warn("no fingerprint given: trusting the certificate seen on first contact; compare the verification code on both screens", "fp", shortFP(fp))
-	} else if strings.HasPrefix(base, "http://") {
-		// Plain HTTP (loopback) has no TLS pin: compare the fingerprint the
-		// peer states with the expected one first, so a peer that re-created
-		// its identity is reported as such, not as a bad claim signature.
-		seen, err := lookAtIssuer(ctx, base)
-		if err != nil {
-			return JoinResult{}, err
-		}
-		if seen != fp {
-			return JoinResult{}, &PinError{Expected: fp, Got: seen}
-		}
 	}
-	c, err := peerClient(base, fp)
+	c, err := peerClient(base, fp, joinHeaderTimeout)
 	if err != nil {
 		return JoinResult{}, err
 	}
@@ -322,10 +313,8 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 		}
 		return res, fmt.Errorf("pairing: paired one way only: %s did not take our grant: %w", issuer.Name, err)
 	}
-	for _, old := range o.Grants.ByPeer(issuer.ID) {
-		if old.ID != gr.ID {
-			o.Grants.Revoke(old.ID) // a device pairs once: the new grant replaces older ones
-		}
+	if _, err := o.Grants.RevokeOlder(issuer.ID, gr.ID); err != nil {
+		log.Warn("cannot revoke the grants given to this device before", "peer", issuerID, "err", err)
 	}
 	res.Given = &gr
 	log.Info("paired both ways", "grant", gr)
@@ -413,12 +402,12 @@ func (p *Pairer) Revoke(id string) error {
 		return nil
 	}
 	p.background(func(ctx context.Context) {
-		c, err := peerClient(h.URL, h.Fingerprint)
+		c, err := peerClient(h.URL, h.Fingerprint, p.o.CallTimeout)
 		if err != nil {
 			return
 		}
 		defer c.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
 		defer cancel()
 		_, err = callJSON(ctx, c, "revoked", "POST", h.URL, "/pair/revoked", "", RevokedNotice{IssuerID: p.o.Identity.ID.String(), GrantID: id}, nil)
 		if err != nil {
@@ -432,7 +421,9 @@ func (p *Pairer) Revoke(id string) error {
 // is a meshtray this device holds a grant from, the new token is offered to
 // it (POST /pair/reciprocate, authenticated by our held grant) and
 // delivered reports whether it took it; otherwise the owner hands the token
-// over, or the holder pairs again.
+// over, or the holder pairs again. The offer is given up after
+// PairerOptions.CallTimeout (or when ctx ends): the token is rotated
+// either way.
 func (p *Pairer) Rotate(ctx context.Context, id string) (token string, delivered bool, err error) {
 	gr, err := p.o.Grants.Get(id)
 	if err != nil {
@@ -446,11 +437,13 @@ func (p *Pairer) Rotate(ctx context.Context, id string) (token string, delivered
 	if herr != nil || h.URL == "" {
 		return token, false, nil
 	}
-	c, cerr := peerClient(h.URL, h.Fingerprint)
+	c, cerr := peerClient(h.URL, h.Fingerprint, p.o.CallTimeout)
 	if cerr != nil {
 		return token, false, nil
 	}
 	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
+	defer cancel()
 	self := ""
 	if p.o.SelfURL != nil {
 		self = p.o.SelfURL()
@@ -499,12 +492,12 @@ func (p *Pairer) CheckHeld(ctx context.Context, peerID string) (dropped bool, er
 	if h.URL == "" {
 		return false, fmt.Errorf("%w: no URL for that peer", ErrInvalid)
 	}
-	c, err := peerClient(h.URL, h.Fingerprint)
+	c, err := peerClient(h.URL, h.Fingerprint, p.o.CallTimeout)
 	if err != nil {
 		return false, err
 	}
 	defer c.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, p.o.CallTimeout)
 	defer cancel()
 	resp, err := callJSON(ctx, c, "whoami", "GET", h.URL, "/pair/whoami", h.Token, nil, nil)
 	if resp == nil {
@@ -538,8 +531,8 @@ func (p *Pairer) background(fn func(ctx context.Context)) {
 // PeerTransport returns an http.RoundTripper for calling the peer we hold
 // a grant from, for the outbound A2A and node clients: TLS pinned to the
 // held fingerprint (whatever address the request goes to, so the mesh
-// table's current address can be used), plain HTTP only to loopback, the
-// held token in `Authorization: Bearer`, no proxy, no redirects followed
+// table's current address can be used), https only (loopback included),
+// the held token in `Authorization: Bearer`, no proxy, no redirects followed
 // with the token, and every answer passed
 // to Refused, so a 401 for a revoked token drops the held grant.
 func (g *Grants) PeerTransport(peerID string) (http.RoundTripper, error) {
@@ -566,8 +559,8 @@ func (t *peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Response != nil {
 		return nil, fmt.Errorf("pairing: refusing to follow a redirect from %s with a grant token", t.h.Name)
 	}
-	if req.URL.Scheme != "https" && !(req.URL.Scheme == "http" && isLoopbackHost(req.URL.Hostname())) {
-		return nil, fmt.Errorf("%w: refusing to send a grant token over plain http to %s", ErrInvalid, req.URL.Host)
+	if req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("%w: refusing to send a grant token over plain http to %s (peers are reached over pinned https, loopback included)", ErrInvalid, req.URL.Host)
 	}
 	r := req.Clone(req.Context())
 	r.Header.Set("Authorization", "Bearer "+t.h.Token)

@@ -20,8 +20,9 @@
 //     nonce: ≥ 16 random bytes in base64url or hex. A meshtray claimant adds
 //     device_id and cert (its identity certificate, base64 DER) and sig, an
 //     ECDSA signature proving it holds that key (ClaimProof). Wrong code →
-//     403; 5 wrong codes kill every live code; 429 with Retry-After when
-//     too fast.
+//     403; a wrong code counts against every live code, which dies after
+//     5, and against its source, barred from a code after 2 (so one host
+//     cannot kill the owner's codes); 429 with Retry-After when too fast.
 //  3. Both screens show sas; the claimant computes it too (SAS documents
 //     the formula, with a WebCrypto version for the phone page).
 //  4. GET /pair/status/{request_id} with `Authorization: Bearer
@@ -29,7 +30,8 @@
 //     after waiting up to 30 s while status is "pending". "approved" carries
 //     the grant token exactly once; later polls get 404. "denied" and
 //     "expired" are final.
-//  5. Mutual pairing (meshtray to meshtray): the claimant issues a grant of
+//  5. Mutual pairing (meshtray to meshtray, always over HTTPS pinned to the
+//     peer's certificate, loopback included): the claimant issues a grant of
 //     its own and POSTs {token, url, fp, name, os, scopes} to
 //     /pair/reciprocate, authenticated with the token it just received; the
 //     issuer keeps it as a held grant, if fp is the device the grant was

@@ -231,6 +231,7 @@ func (g *Grants) load() error {
 		}
 		h := rec.Held
 		h.Token = rec.Token
+		h.URL = upgradeLoopbackURL(h.URL)
 		h, err = checkHeld(h)
 		if err != nil || heldKeyPrefix+h.PeerID != k {
 			g.log.Warn("skipping invalid held grant item", "key", k)
@@ -401,31 +402,31 @@ func (g *Grants) ByPeer(peerID string) []Grant {
 // Pause makes the grant's token refused (ErrPaused, HTTP 401) until Resume.
 // It takes effect before the keychain write.
 func (g *Grants) Pause(id string) error {
-	return g.update(id, true, func(gr *Grant) { gr.Status = StatusPaused })
+	return g.update(id, func(_, _ Grant) bool { return true }, func(gr *Grant) { gr.Status = StatusPaused })
 }
 
 // Resume re-activates a paused grant once the keychain write succeeded.
 func (g *Grants) Resume(id string) error {
-	return g.update(id, false, func(gr *Grant) { gr.Status = StatusActive })
+	return g.update(id, func(_, _ Grant) bool { return false }, func(gr *Grant) { gr.Status = StatusActive })
 }
 
 // SetPolicy sets the approval policy for delegations from the grant. A
-// stricter policy applies before the keychain write, a looser one after.
+// stricter policy applies before the keychain write, a looser one after;
+// which one it is is judged against the policy it replaces, under the
+// writer lock (a concurrent change may have moved it since the call).
 func (g *Grants) SetPolicy(id string, p Policy) error {
 	if !p.Valid() {
 		return fmt.Errorf("%w: unknown approval policy %q", ErrInvalid, clip(string(p), 16))
 	}
-	e := g.entry(id)
-	if e == nil {
-		return ErrNoGrant
-	}
-	stricter := Stricter(e.grant.Policy, p) == p && e.grant.Policy != p
-	return g.update(id, stricter, func(gr *Grant) { gr.Policy = p })
+	return g.update(id, func(old, next Grant) bool {
+		return Stricter(old.Policy, next.Policy) == next.Policy && old.Policy != next.Policy
+	}, func(gr *Grant) { gr.Policy = p })
 }
 
-// update applies mutate to a copy of grant id and stores it. restrictive
-// changes are visible to Authenticate before the keychain write.
-func (g *Grants) update(id string, restrictive bool, mutate func(*Grant)) error {
+// update applies mutate to a copy of grant id and stores it. A change
+// restrictive(old, next) judges restrictive (computed here, under wmu) is
+// visible to Authenticate before the keychain write; others after it.
+func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mutate func(*Grant)) error {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -440,6 +441,7 @@ func (g *Grants) update(id string, restrictive bool, mutate func(*Grant)) error 
 	if ne.grant.Status == old.grant.Status && ne.grant.Policy == old.grant.Policy {
 		return nil
 	}
+	restrictive := restrictiveFn(old.grant, ne.grant)
 	if restrictive {
 		g.setLocked(ne)
 		g.notify()
@@ -507,6 +509,28 @@ func (g *Grants) Revoke(id string) error {
 	return nil
 }
 
+// RevokeOlder revokes every grant issued to the device peerID (any
+// accepted form) but keep: a device pairs once, so the grant of a new
+// pairing replaces the older ones, once the new one is in its hands. It
+// returns the revoked grants; a grant revoked meanwhile is skipped, other
+// errors are joined.
+func (g *Grants) RevokeOlder(peerID, keep string) ([]Grant, error) {
+	var revoked []Grant
+	var errs []error
+	for _, old := range g.ByPeer(peerID) {
+		if old.ID == keep {
+			continue
+		}
+		switch err := g.Revoke(old.ID); {
+		case err == nil:
+			revoked = append(revoked, old)
+		case !errors.Is(err, ErrNoGrant):
+			errs = append(errs, err)
+		}
+	}
+	return revoked, errors.Join(errs...)
+}
+
 // Rotate gives the grant a new token and returns it; the old token is
 // refused once the new hash is saved. The grant keeps its ID, scopes,
 // status and policy. A peer holding the old token must receive the new one
@@ -544,7 +568,7 @@ func (g *Grants) notify() { g.changes.notify() }
 // PutHeld stores a grant a peer gave us, replacing any earlier one from the
 // same peer. PeerID and Fingerprint must name the same certificate (a
 // device ID is the SHA-256 of its certificate), Token must be a grant token,
-// and URL http(s) (plain http only to a loopback host).
+// and URL https (CheckPeerURL).
 func (g *Grants) PutHeld(h Held) error {
 	h, err := checkHeld(h)
 	if err != nil {
@@ -614,27 +638,48 @@ func checkHeld(h Held) (Held, error) {
 }
 
 // CheckPeerURL validates a peer's base URL and returns it normalised
-// (scheme://host[:port], no path, query, fragment or user info): https, or
-// http only when the host is a loopback address or "localhost", since plain
-// HTTP is allowed on loopback only (DESIGN.md, "Pairing and grants").
+// (https://host[:port], no path, query, fragment or user info). Peers are
+// reached over HTTPS pinned to their certificate only, on loopback too
+// (a second node on this machine answers TLS on its loopback port): plain
+// http to 127.0.0.1 would hand a token or a code to whatever process holds
+// the port. The unspecified addresses (0.0.0.0, ::), which reach this
+// machine, are no peer's address.
 func CheckPeerURL(s string) (string, error) {
 	if len(s) > MaxURLLen {
 		return "", fmt.Errorf("%w: URL longer than %d bytes", ErrInvalid, MaxURLLen)
 	}
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
-		return "", fmt.Errorf("%w: peer URL must be scheme://host:port", ErrInvalid)
+		return "", fmt.Errorf("%w: peer URL must be https://host:port", ErrInvalid)
 	}
 	switch u.Scheme {
 	case "https":
 	case "http":
-		if !isLoopbackHost(u.Hostname()) {
-			return "", fmt.Errorf("%w: plain http is allowed only to a loopback address; use https", ErrInvalid)
-		}
+		return "", fmt.Errorf("%w: plain http is refused for peers (a token or code must reach only the pinned device); use https://%s", ErrInvalid, u.Host)
 	default:
 		return "", fmt.Errorf("%w: peer URL scheme must be https", ErrInvalid)
 	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil && a.Unmap().IsUnspecified() {
+		return "", fmt.Errorf("%w: %s is not a peer address", ErrInvalid, u.Hostname())
+	}
 	return u.Scheme + "://" + u.Host, nil
+}
+
+// IsLoopbackURL reports whether the host of URL s is this machine's
+// loopback (localhost or a loopback IP).
+func IsLoopbackURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && isLoopbackHost(u.Hostname())
+}
+
+// upgradeLoopbackURL maps a held grant's plain-http loopback URL, stored
+// before the loopback listener spoke TLS, to the same address over https
+// (the same port answers both).
+func upgradeLoopbackURL(s string) string {
+	if rest, ok := strings.CutPrefix(s, "http://"); ok && IsLoopbackURL(s) {
+		return "https://" + rest
+	}
+	return s
 }
 
 // isLoopbackHost reports whether host (no port) is localhost or a loopback IP.

@@ -426,7 +426,8 @@ func TestHeldValidation(t *testing.T) {
 		want error
 	}{
 		{"ok https", Held{PeerID: peer.String(), Name: "d", URL: "https://100.64.0.2:47654/", Token: tok}, nil},
-		{"ok loopback http", Held{PeerID: peer.String(), Name: "d", URL: "http://127.0.0.1:47655", Token: tok}, nil},
+		{"ok loopback https", Held{PeerID: peer.String(), Name: "d", URL: "https://127.0.0.1:47655", Token: tok}, nil},
+		{"plain http loopback", Held{PeerID: peer.String(), Name: "d", URL: "http://127.0.0.1:47655", Token: tok}, ErrInvalid},
 		{"ok fp given", Held{PeerID: peer.String(), Fingerprint: strings.ToUpper(peer.Fingerprint()), Token: tok}, nil},
 		{"fp of another device", Held{PeerID: peer.String(), Fingerprint: other.Fingerprint(), Token: tok}, ErrIdentityChanged},
 		{"bad peer", Held{PeerID: "XYZ", Token: tok}, ErrInvalid},

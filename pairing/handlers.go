@@ -124,6 +124,12 @@ func (p *Pairer) StatusHandler() http.Handler {
 		}
 		tok, _ := bearer(r)
 		resp, err := p.Status(r.Context(), id, tok)
+		if err == nil && resp.Token != "" {
+			// Status handed the token over: write it whatever the context
+			// says now; it is not kept anywhere else.
+			writeJSON(w, http.StatusOK, resp)
+			return
+		}
 		if r.Context().Err() != nil {
 			// The claimant left (then nobody reads this) or the server is
 			// shutting down: say so rather than an empty 200.
@@ -182,7 +188,11 @@ func (o Offer) LogValue() slog.Value {
 // caller authenticates with must be bound to a device ID, and the offer's
 // fingerprint must be that device's: otherwise 409 ErrIdentityChanged (the
 // caller re-created its identity and must pair again) or 403 for a phone
-// grant. The token is stored as the held grant for that device.
+// grant. The offer's URL must be https (CheckPeerURL), and may name this
+// machine's loopback only when the offer arrived on the loopback listener
+// (a second node on this machine): a peer on the network must not point
+// our calls, and the token we hold for it, at a local service (400). The
+// token is stored as the held grant for that device.
 func (p *Pairer) ReciprocateHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pr, ok := PrincipalFrom(r.Context())
@@ -207,6 +217,11 @@ func (p *Pairer) ReciprocateHandler() http.Handler {
 		if id.String() != pr.Grant.PeerID {
 			p.log.Warn("reciprocation from a device whose identity changed", "grant", pr.Grant, "offered", id)
 			writeErr(w, fmt.Errorf("%w: grant %s was issued to device %s, the offer is from %s", ErrIdentityChanged, pr.Grant.ID, shortID(pr.Grant.PeerID), id.Short()))
+			return
+		}
+		if o.URL != "" && IsLoopbackURL(o.URL) && pr.Listener != ListenerLoopback {
+			p.log.Warn("offer naming this machine's loopback from a peer on the network refused", "grant", pr.Grant, "listener", pr.Listener)
+			writeErr(w, fmt.Errorf("%w: url names this machine's loopback; only a peer on this machine may give one", ErrInvalid))
 			return
 		}
 		url := o.URL

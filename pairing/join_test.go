@@ -37,8 +37,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// testNode is one meshtray's pairing side on a real server: HTTPS with its
-// identity (tagged LAN) or plain HTTP on loopback.
+// testNode is one meshtray's pairing side on a real server on 127.0.0.1:
+// HTTPS with its identity, tagged as the loopback listener (like the
+// node's loopback listener, which speaks TLS to peers) or, with lan, as a
+// LAN listener; or, with plain, plain HTTP tagged loopback (the local
+// owner's side of the loopback listener, for raw server-side tests).
 type testNode struct {
 	name string
 	id   *Identity
@@ -53,6 +56,7 @@ type testNode struct {
 
 type nodeOpts struct {
 	plain  bool
+	lan    bool
 	logger *slog.Logger
 	ks     keychain.Store
 }
@@ -86,9 +90,9 @@ func newNode(t *testing.T, name string, o nodeOpts) *testNode {
 	mux.Handle("POST /a2a/v1", n.auth.Require(ScopeAgent, whoAmI))
 	n.srv = httptest.NewUnstartedServer(mux)
 	n.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	listener := ListenerLAN
-	if o.plain {
-		listener = ListenerLoopback
+	listener := ListenerLoopback
+	if o.lan {
+		listener = ListenerLAN
 	}
 	n.srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return WithListener(ctx, listener) }
 	if o.plain {
@@ -350,10 +354,13 @@ func TestJoinPinMismatch(t *testing.T) {
 	}
 }
 
-func TestJoinLoopbackPlainHTTP(t *testing.T) {
+// TestJoinLoopback: two nodes on one machine pair through their loopback
+// listeners, over TLS pinned like any peer (a plain http loopback URL
+// would hand the code and the tokens to whoever holds the port).
+func TestJoinLoopback(t *testing.T) {
 	t.Parallel()
-	a := newNode(t, "laptop", nodeOpts{plain: true})
-	b := newNode(t, "desktop", nodeOpts{plain: true})
+	a := newNode(t, "laptop", nodeOpts{})
+	b := newNode(t, "desktop", nodeOpts{})
 	for _, withFP := range []bool{true, false} {
 		s, _ := a.p.Start()
 		u := s.URL(a.url)
@@ -367,8 +374,11 @@ func TestJoinLoopbackPlainHTTP(t *testing.T) {
 		if err != nil || <-decided != nil {
 			t.Fatalf("loopback join (fp in URL %v): %v", withFP, err)
 		}
-		if res.Held.Fingerprint != a.id.Fingerprint || !strings.HasPrefix(res.Held.URL, "http://127.0.0.1:") {
-			t.Fatalf("held %+v", res.Held)
+		if res.Held.Fingerprint != a.id.Fingerprint || !strings.HasPrefix(res.Held.URL, "https://127.0.0.1:") {
+			t.Fatalf("held: URL %s, fp %s", res.Held.URL, res.Held.Fingerprint)
+		}
+		if h, err := a.g.Held(b.id.ID.String()); err != nil || h.URL != b.url {
+			t.Fatalf("A holds B's grant back: URL %q, %v", h.URL, err)
 		}
 	}
 	// Re-pairing replaced the first pair of grants on both sides.
@@ -378,8 +388,8 @@ func TestJoinLoopbackPlainHTTP(t *testing.T) {
 	if n := len(b.g.ByPeer(a.id.ID.String())); n != 1 {
 		t.Errorf("B has %d grants for A after pairing twice, want 1", n)
 	}
-	// Plain HTTP to anything but loopback is refused before any packet.
-	for _, u := range []string{"http://192.0.2.1:47654/pair#c=ABCDEFGH&fp=" + a.id.Fingerprint, "http://example.com/pair#c=ABCDEFGH"} {
+	// Plain HTTP is refused before any packet, loopback or not.
+	for _, u := range []string{"http://192.0.2.1:47654/pair#c=ABCDEFGH&fp=" + a.id.Fingerprint, "http://example.com/pair#c=ABCDEFGH", "http://127.0.0.1:1/pair#c=ABCDEFGH"} {
 		if _, err := Join(context.Background(), JoinOptions{URL: u, Identity: b.id, Grants: b.g}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Join(%s) = %v, want ErrInvalid", u, err)
 		}
@@ -460,7 +470,7 @@ func TestIdentityChangeMeansPairAgain(t *testing.T) {
 		t.Fatalf("call to a re-created peer: %v", err)
 	}
 	// B2, with B's old token, offers a grant as itself: 409, identity changed.
-	pc, _ := peerClient(a.url, a.id.Fingerprint)
+	pc, _ := peerClient(a.url, a.id.Fingerprint, time.Minute)
 	defer pc.CloseIdleConnections()
 	_, tok := mustIssue(t, b2.g, "x", ScopeAgent)
 	_, err = callJSON(context.Background(), pc, "reciprocate", "POST", a.url, "/pair/reciprocate", res.Held.Token,
@@ -553,14 +563,14 @@ func TestPairingHTTPEdges(t *testing.T) {
 	}
 }
 
-// TestJoinLoopbackStaleFingerprint: over plain HTTP there is no TLS pin, so
-// a fingerprint that is not the peer's (it re-created its identity) must be
-// caught before the claim and reported as a pin mismatch naming both, not
-// as the peer's "signature does not verify".
+// TestJoinLoopbackStaleFingerprint: on loopback too the TLS pin catches a
+// fingerprint that is not the peer's (it re-created its identity) before
+// the claim, reported as a pin mismatch naming both, not as the peer's
+// "signature does not verify".
 func TestJoinLoopbackStaleFingerprint(t *testing.T) {
 	t.Parallel()
-	a := newNode(t, "laptop", nodeOpts{plain: true})
-	b := newNode(t, "desktop", nodeOpts{plain: true})
+	a := newNode(t, "laptop", nodeOpts{})
+	b := newNode(t, "desktop", nodeOpts{})
 	old := newIdentity(t, "laptop-before-reinstall")
 	s, _ := a.p.Start()
 	s.Fingerprint = old.Fingerprint

@@ -26,9 +26,23 @@ const (
 	DefaultCodeTTL    = 10 * time.Minute // a code is valid this long after Start
 	DefaultRequestTTL = 5 * time.Minute  // a claim waits this long for the owner, and an approved token this long for collection
 	DefaultMaxWait    = 30 * time.Second // longest GET /pair/status wait
-	// MaxWrongAttempts wrong codes kill every live code: a guesser gets
-	// 5 tries in 30^8 (2^39) per code.
+	// DefaultCallTimeout bounds a call to a paired peer (PairerOptions.CallTimeout).
+	DefaultCallTimeout = 15 * time.Second
+	// MaxWrongAttempts wrong codes kill a live code (issue 3 §3): a code
+	// can be guessed at most 5 times, each a 1 in 30^8 (2^39) chance.
+	// Every wrong claim is a guess at every live code, so it counts
+	// against each.
 	MaxWrongAttempts = 5
+	// MaxWrongPerSource wrong codes from one source (an IPv4 address, an
+	// IPv6 /64) bar that source from a live code: later claims from it
+	// fail for that code, the right code included, and no longer count
+	// against it. So one host, even with an IPv4 address and an IPv6 /64
+	// (2 × 2 = 4 < MaxWrongAttempts), cannot kill the owner's codes and
+	// block all pairing; killing a code takes wrong claims from at least
+	// three sources, and a code still meets at most MaxWrongAttempts
+	// guesses. A new code gives every source a fresh allowance (a person
+	// who mistyped twice asks the owner for a new code).
+	MaxWrongPerSource = 2
 
 	// CodeLen and CodeAlphabet define pairing codes: 8 characters drawn
 	// uniformly (crypto/rand, rejection sampling) from 30 symbols: digits
@@ -72,10 +86,15 @@ type PairerOptions struct {
 	WhoIs  func(ctx context.Context, addr netip.AddrPort) *TailnetIdentity
 	Logger *slog.Logger
 
-	CodeTTL    time.Duration    // default DefaultCodeTTL
-	RequestTTL time.Duration    // default DefaultRequestTTL
-	MaxWait    time.Duration    // default DefaultMaxWait
-	Now        func() time.Time // default time.Now; tests move time with it
+	// CallTimeout bounds each call this device makes to a paired peer on
+	// its own (rotated-token offers, revocation notices, held-grant
+	// re-checks), whatever the caller's context. Default
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
+	CodeTTL     time.Duration    // default DefaultCodeTTL
+	RequestTTL  time.Duration    // default DefaultRequestTTL
+	MaxWait     time.Duration    // default DefaultMaxWait
+	Now         func() time.Time // default time.Now; tests move time with it
 }
 
 // Session is one pairing code the owner started. Code is a secret until
@@ -311,7 +330,14 @@ type session struct {
 	code    string
 	expires time.Time
 	wrongs  int // wrong codes claimed while this one was live
+	// bySource counts those wrong codes per source (sourceKey); a source
+	// at MaxWrongPerSource is barred from this code. At most
+	// MaxWrongAttempts entries: the code dies at that many wrongs.
+	bySource map[netip.Prefix]int
 }
+
+// barred reports whether source key k may no longer claim s.
+func (s *session) barred(k netip.Prefix) bool { return s.bySource[k] >= MaxWrongPerSource }
 
 // Pairer runs the pairing flow on the granting device (issue 3 §3): codes
 // the owner starts, claims posted with a code, the SAS, the long-poll
@@ -349,6 +375,9 @@ func NewPairer(o PairerOptions) (*Pairer, error) {
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -480,9 +509,10 @@ func (c ClaimRequest) validate() (ClaimRequest, error) {
 }
 
 // Claim handles one claim: rate limit per source, body checks, the code
-// (single use; MaxWrongAttempts wrong codes kill every live code), then a
-// pending request the owner decides on. Errors: ErrRateLimited, ErrInvalid,
-// ErrBadCode, ErrBusy, ErrClosed.
+// (single use; a wrong code counts against every live code, which dies at
+// MaxWrongAttempts, and against its source, barred from a code after
+// MaxWrongPerSource), then a pending request the owner decides on.
+// Errors: ErrRateLimited, ErrInvalid, ErrBadCode, ErrBusy, ErrClosed.
 func (p *Pairer) Claim(ctx context.Context, c ClaimRequest, from ClaimSource) (ClaimResponse, error) {
 	if !p.limiter.allow(from.Addr.Addr(), p.o.Now()) {
 		return ClaimResponse{}, ErrRateLimited
@@ -527,22 +557,28 @@ func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 		p.mu.Unlock()
 		return ClaimResponse{}, ErrBusy
 	}
-	matched := -1
+	key := sourceKey(from.Addr.Addr())
+	matched, open := -1, 0
 	for i, s := range p.sessions {
-		// Compare every live code in constant time, whatever matches.
+		// Compare every live code in constant time, whatever matches; a
+		// code barred to this source matches nothing for it.
+		if s.barred(key) {
+			subtle.ConstantTimeCompare([]byte(s.code), []byte(code))
+			continue
+		}
+		open++
 		if subtle.ConstantTimeCompare([]byte(s.code), []byte(code)) == 1 {
 			matched = i
 		}
 	}
 	if matched < 0 {
-		live := len(p.sessions)
-		killed := p.wrongAttemptLocked()
+		killed := p.wrongAttemptLocked(key)
 		p.mu.Unlock()
-		level := slog.LevelDebug // no code to guess: noise
-		if live > 0 {
+		level := slog.LevelDebug // no code to guess (or none left to this source): noise
+		if open > 0 {
 			level = slog.LevelWarn
 		}
-		p.log.Log(ctx, level, "pairing claim with a wrong code", "source", from.Addr.Addr().String(), "live_codes", live, "codes_killed", killed)
+		p.log.Log(ctx, level, "pairing claim with a wrong code", "source", from.Addr.Addr().String(), "open_codes", open, "codes_killed", killed)
 		return ClaimResponse{}, ErrBadCode
 	}
 	p.sessions = slices.Delete(p.sessions, matched, matched+1) // single use
@@ -591,13 +627,20 @@ func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 	}, nil
 }
 
-// wrongAttemptLocked counts a wrong code against every live session and
-// kills those that reached MaxWrongAttempts; it returns how many died.
-func (p *Pairer) wrongAttemptLocked() int {
+// wrongAttemptLocked counts a wrong code from source key against every
+// live session not barred to it, and kills those that reached
+// MaxWrongAttempts; it returns how many died.
+func (p *Pairer) wrongAttemptLocked(key netip.Prefix) int {
 	killed := 0
 	keep := p.sessions[:0]
 	for _, s := range p.sessions {
-		s.wrongs++
+		if !s.barred(key) {
+			s.wrongs++
+			if s.bySource == nil {
+				s.bySource = make(map[netip.Prefix]int)
+			}
+			s.bySource[key]++
+		}
 		if s.wrongs >= MaxWrongAttempts {
 			killed++
 			continue
@@ -633,7 +676,7 @@ func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscr
 // with the requested scopes minus ScopeFull (full is never granted by
 // default), and keeps the token for the one status call that collects it;
 // that collection revokes the grants this device ID held before
-// (Request.Replaces). Errors:
+// (Request.Replaces, Grants.RevokeOlder). Errors:
 // ErrNoRequest, ErrDecided, ErrExpired, ErrInvalid (no scopes), keychain
 // errors from Issue.
 func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
@@ -698,13 +741,8 @@ func (p *Pairer) replaceOlder(device, keep string) {
 	if device == "" {
 		return
 	}
-	for _, old := range p.o.Grants.ByPeer(device) {
-		if old.ID == keep {
-			continue
-		}
-		if err := p.o.Grants.Revoke(old.ID); err != nil && !errors.Is(err, ErrNoGrant) {
-			p.log.Warn("cannot revoke the grant a re-paired device had", "grant", old, "err", err)
-		}
+	if _, err := p.o.Grants.RevokeOlder(device, keep); err != nil {
+		p.log.Warn("cannot revoke the grants a re-paired device had", "device", shortID(device), "err", err)
 	}
 }
 
@@ -732,7 +770,8 @@ func (r *pending) finish(s reqState, forgetAfter time.Time) {
 // MaxWait (or until the request expires, ctx ends or Close) for a change.
 // An approved request's token is returned once; the request is then
 // forgotten and later polls get ErrNoRequest, as do unknown IDs and wrong
-// poll tokens.
+// poll tokens. A poll whose ctx has ended never takes the token: it stays
+// for the next poll (until the collection deadline).
 func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusResponse, error) {
 	sum := sha256.Sum256([]byte(pollToken))
 	for waited := false; ; waited = true {
@@ -779,6 +818,12 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 			}
 			continue
 		case stateApproved:
+			if err := ctx.Err(); err != nil {
+				// The collector is gone: keep the token for its next poll
+				// rather than hand it to a connection nobody reads.
+				p.mu.Unlock()
+				return StatusResponse{}, err
+			}
 			resp.Status, resp.Token, resp.GrantID, resp.Scopes = StatusApproved, r.token, r.grantID, r.scopes
 			r.token = ""
 			delete(p.reqs, id)

@@ -49,7 +49,9 @@ func sourceKey(a netip.Addr) netip.Prefix {
 }
 
 // allow spends one token of src's bucket and one of the global bucket at
-// time now, and reports whether both had one.
+// time now, and reports whether both had one. It spends nothing when
+// either is empty: a call the global bucket refuses does not cost the
+// source (both buckets change only under mu, so the check holds).
 func (l *sourceLimiter) allow(src netip.Addr, now time.Time) bool {
 	key := sourceKey(src)
 	l.mu.Lock()
@@ -63,10 +65,10 @@ func (l *sourceLimiter) allow(src netip.Addr, now time.Time) bool {
 		l.sources[key] = e
 	}
 	e.seen = now
-	if !e.lim.AllowN(now, 1) {
+	if e.lim.TokensAt(now) < 1 || l.global.TokensAt(now) < 1 {
 		return false
 	}
-	return l.global.AllowN(now, 1)
+	return e.lim.AllowN(now, 1) && l.global.AllowN(now, 1)
 }
 
 // evictLocked drops sources whose bucket has refilled (forgetting them
