@@ -477,6 +477,7 @@ func (n *Node) Status() Status {
 		Listeners:        ls,
 		PendingApprovals: pend,
 		OnlinePeers:      online,
+		OutboundWaiting:  n.outboundWaiting(),
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
+
 	"meshtray/mesh"
 	"meshtray/nodes"
 	"meshtray/pairing"
@@ -33,12 +35,13 @@ const (
 	UIPeers     UIWindow = "peers"     // the peer table
 	UIPeer      UIWindow = "peer"      // one peer (Arg = its device ID): its manifest
 	UIManifest  UIWindow = "manifest"  // this node's capabilities and their policies
+	UIQuestions UIWindow = "questions" // delegated tasks waiting for the owner's answer
 )
 
 // Valid reports whether w is a known window.
 func (w UIWindow) Valid() bool {
 	switch w {
-	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest:
+	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest, UIQuestions:
 		return true
 	}
 	return false
@@ -108,7 +111,7 @@ func (n *Node) uiRoutes(mux *http.ServeMux) {
 			return
 		}
 		if !req.Window.Valid() {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer or manifest", req.Window))
+			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer, manifest or questions", req.Window))
 			return
 		}
 		if len(req.Arg) > maxUIArg || (req.Window == UIPeer) != (req.Arg != "") {
@@ -214,6 +217,29 @@ func fetchManifest(ctx context.Context, hc *http.Client, base string) (nodes.Man
 		return m, fmt.Errorf("%s: %w", base, err)
 	}
 	return m, nil
+}
+
+// WaitsForOwner reports whether a delegated task in state s waits for this
+// device's owner: the agent asked for input (input-required) or for
+// credentials (auth-required), A2A 0.3.0 §6.3 TaskState; both are answered
+// with POST /a2a/outbound/{id}/answer.
+func WaitsForOwner(s a2a.TaskState) bool {
+	return s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
+}
+
+// outboundWaiting counts the delegated tasks that wait for the owner
+// (Status.OutboundWaiting); 0 before Start.
+func (n *Node) outboundWaiting() int {
+	if n.deleg == nil || n.deleg.out == nil {
+		return 0
+	}
+	k := 0
+	for _, t := range n.deleg.out.List() {
+		if WaitsForOwner(t.State) {
+			k++
+		}
+	}
+	return k
 }
 
 // Logger is the node's logger; the tray logs through children of it.

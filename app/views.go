@@ -26,6 +26,10 @@ type Status struct {
 	Listeners        []ListenerStatus `json:"listeners"`
 	PendingApprovals int              `json:"pending_approvals"`
 	OnlinePeers      int              `json:"online_peers"`
+	// OutboundWaiting counts the tasks this device delegated whose agent
+	// waits for the owner (A2A input-required or auth-required; issue 4
+	// §2): GET /a2a/outbound has their questions.
+	OutboundWaiting int `json:"outbound_waiting"`
 }
 
 // ListenerStatus is one serving address.
