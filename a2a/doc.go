@@ -9,10 +9,13 @@
 //     Options.RequirePublished the JSON-RPC endpoint too, and switching off
 //     cancels every live task); Status, Tasks, SetPublished, CancelOwner
 //     (a grant revoked or paused) and Shutdown are for app.
-//   - Tasks: created in submitted ("waiting for approval on <device>"), the
-//     Approver decides (refused: rejected), the Executor runs turns
-//     (working, then completed | failed | input-required; canceled by
-//     tasks/cancel or Shutdown). Terminal states are final.
+//   - Tasks: created in submitted, the Approver decides (refused:
+//     rejected; "waiting for approval on <device>" once a person is asked,
+//     see QueueingApprover), the Executor runs turns (working, then
+//     completed | failed | rejected | input-required; canceled by
+//     tasks/cancel, CancelOwner, switching A2A off, or Shutdown). Terminal
+//     states are final. What the owner approves is one escaped line
+//     (nodes.EscapeInvisible), naming the files a message carries.
 //   - Bounds: request body (1 MiB), store (512 tasks, oldest terminal
 //     evicted, never a live one), live tasks per owner (16), stored message
 //     bytes (64 MiB), turns per task (32), streams per task (8), artifacts

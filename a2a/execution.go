@@ -163,6 +163,13 @@ func (e *Execution) Fail(text string, parts ...a2a.Part) {
 	e.setOutcome(a2a.TaskStateFailed, text, parts)
 }
 
+// Reject ends the task rejected, with a message saying why, when Execute
+// returns: the work was refused (the owner or a policy denied it), not
+// attempted and failed (A2A 0.3.0 §6.3 TaskState "rejected").
+func (e *Execution) Reject(text string, parts ...a2a.Part) {
+	e.setOutcome(a2a.TaskStateRejected, text, parts)
+}
+
 func (e *Execution) setOutcome(state a2a.TaskState, text string, parts []a2a.Part) {
 	e.t.mu.Lock()
 	defer e.t.mu.Unlock()

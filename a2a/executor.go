@@ -15,7 +15,8 @@ import (
 // Execute runs one turn: the first after the owner approved the task, and one
 // more each time the caller answers an input-required task with message/send
 // on the same taskId. A turn ends when Execute returns. Before returning it
-// calls exactly one of ex.Complete, ex.Fail or ex.InputRequired; returning
+// calls exactly one of ex.Complete, ex.Fail, ex.Reject or
+// ex.InputRequired; returning
 // without one completes the task when it returns nil and fails it with the
 // error's text otherwise. When ctx is canceled (tasks/cancel, shutdown) the
 // work must stop and Execute return promptly; the engine then ends the task
@@ -26,8 +27,11 @@ type Executor interface {
 
 // Summarizer is an optional Executor interface: Summarize turns the first
 // message of a task into the one-line text the owner approves ("device.info",
-// `system.notify {"title":"hi"}`). Without it the summary is the first line
-// of the message's text.
+// `system.notify {"title":"hi"}`). The engine passes it through
+// nodes.EscapeInvisible and bounds it to nodes.MaxSummaryRunes (both
+// idempotent), so control and bidirectional characters a caller sent show
+// as escapes. Without it the summary is the first line of the message's
+// text (else its data as JSON), followed by the names of its files.
 type Summarizer interface {
 	Summarize(caller *pairing.Principal, msg *a2a.Message) string
 }
@@ -37,8 +41,27 @@ type TaskApproval struct {
 	TaskID    a2a.TaskID
 	ContextID string // as the caller sent it (not namespaced)
 	Caller    *pairing.Principal
-	Summary   string
-	Message   *a2a.Message
+	// Summary is the one line the owner approves (see Summarizer): escaped,
+	// at most nodes.MaxSummaryRunes runes.
+	Summary string
+	Message *a2a.Message
+	// Queued is for an Approver that implements QueueingApprover: it calls
+	// it once the request waits for a person (the approvals queue took
+	// it), and the task then shows "waiting for approval on <device>" to
+	// its caller. Never nil; calls after the first, or after the decision,
+	// do nothing.
+	Queued func()
+}
+
+// QueueingApprover is an optional Approver interface. ReportsQueued true
+// says that ApproveTask calls TaskApproval.Queued when, and only when, it
+// puts the request in front of a person, so a task decided by a policy
+// never shows "waiting for approval". For an Approver without it (or
+// false) the engine cannot tell, and every task shows that status from its
+// creation.
+type QueueingApprover interface {
+	Approver
+	ReportsQueued() bool
 }
 
 // Decision is the outcome of an approval.

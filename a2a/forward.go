@@ -2,7 +2,6 @@ package a2a
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -364,35 +363,9 @@ func (f *ForwardExecutor) openFresh(ctx context.Context, force bool) (*remote, e
 }
 
 // Summarize implements Summarizer: the first line of the text, else the
-// data parts as JSON, else the file names.
+// data parts as JSON, then the names of the files (textSummary).
 func (f *ForwardExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) string {
-	var data, files []string
-	for _, p := range msg.Parts {
-		switch v := p.(type) {
-		case a2a.TextPart:
-			if line, _, _ := strings.Cut(strings.TrimSpace(v.Text), "\n"); line != "" {
-				return line
-			}
-		case a2a.DataPart:
-			b, _ := json.Marshal(v.Data)
-			data = append(data, string(b))
-		case a2a.FilePart:
-			name := "unnamed"
-			if fb, ok := v.File.(a2a.FileBytes); ok && fb.Name != "" {
-				name = fb.Name
-			} else if fu, ok := v.File.(a2a.FileURI); ok {
-				name = fu.URI
-			}
-			files = append(files, "[file "+name+"]")
-		}
-	}
-	if len(data) > 0 {
-		return strings.Join(data, " ")
-	}
-	if len(files) > 0 {
-		return strings.Join(files, " ")
-	}
-	return "(an empty message)"
+	return textSummary(msg, "(an empty message)")
 }
 
 // fwdState is kept on the local task across turns (Execution.Value).

@@ -146,10 +146,13 @@ func (approveAll) ApproveTask(context.Context, TaskApproval) Decision {
 	return Decision{Approved: true}
 }
 
-// manualApprover hands each request to the test, which decides.
+// manualApprover hands each request to the test, which decides. It is a
+// QueueingApprover: it calls Queued as it hands a request over.
 type manualApprover struct {
 	reqs chan pendingApproval
 }
+
+func (m *manualApprover) ReportsQueued() bool { return true }
 
 type pendingApproval struct {
 	TaskApproval
@@ -163,6 +166,7 @@ func newManualApprover() *manualApprover {
 
 func (m *manualApprover) ApproveTask(ctx context.Context, a TaskApproval) Decision {
 	p := pendingApproval{TaskApproval: a, ctx: ctx, answer: make(chan Decision, 1)}
+	a.Queued()
 	select {
 	case m.reqs <- p:
 	case <-ctx.Done():

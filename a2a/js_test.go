@@ -94,7 +94,7 @@ func TestJSClient(t *testing.T) {
 		t.Errorf("card as the JS client saw it: %+v", out.Card)
 	}
 	s := out.Sent
-	if s.Kind != "task" || s.Status.State != "completed" || len(s.Artifacts) != 1 || len(s.Artifacts[0].Parts) != 2 ||
+	if s.Kind != "task" || s.Status.State != "completed" || len(s.Artifacts) != 1 || len(s.Artifacts[0].Parts) != 1 ||
 		s.Artifacts[0].Parts[0].Kind != "data" || s.Artifacts[0].Parts[0].Data["hostname"] != hostname {
 		t.Errorf("message/send result: %+v", s)
 	}

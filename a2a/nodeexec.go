@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/a2a"
 
@@ -45,22 +46,25 @@ type NodeRegistry interface {
 // missing parameter when that parameter is a string. Params merge across
 // turns; naming another capability starts its params afresh.
 //
-// The result is an artifact named after the capability with a DataPart
-// (the result JSON; a non-object result is wrapped as {"result": v}) and a
-// TextPart (the result's summary), then completed with the summary.
+// The result is an artifact named after the capability with one DataPart
+// (the result JSON; a non-object result is wrapped as {"result": v}), and
+// the task completes with the result's one-line summary as its status
+// message: each said once.
 //
 // Errors: an unavailable capability (nodes.ErrUnavailable) fails the task
-// with the reason. A call denied by the capability's policy or by the owner
-// (nodes.ErrDenied) also ends failed, "denied: <reason>": the delegation was
-// approved and started, so rejected (which A2A reserves for a task refused
-// before it started) would misreport it. Any other invoke error fails the
-// task with its text; a canceled ctx ends it canceled.
+// with the reason. A call refused by the capability's policy or by the
+// owner (nodes.ErrDenied) ends the task rejected, "rejected: <capability>:
+// <reason>": the work was refused, not attempted. Any other invoke error
+// fails the task with its text; a canceled ctx ends it canceled.
 //
-// Approval: the engine shows the owner Summarize's text; when the call
-// finally made has exactly that summary and a person approved it
+// Approval: the engine shows the owner Summarize's text (nodes.Summarize
+// of the call: escaped, bounded). When the call finally made has exactly
+// that summary, the summary was not cut, and a person approved it
 // (Execution.ApprovedSummary), the call is marked nodes.Call.Approved so a
 // capability under policy ask is not asked twice. A call whose params
-// changed since (input-required answers) is asked again.
+// changed since (input-required answers) is asked again; while it waits
+// for the owner the task shows working "waiting for the owner's approval
+// of <call>", then "running <capability>".
 type NodeExecutor struct {
 	reg NodeRegistry
 	log *slog.Logger
@@ -87,31 +91,25 @@ type nodeCall struct {
 }
 
 // callSummary is the one-line form of a call the owner approves:
-// `name` or `name {"k":"v"}` (keys sorted, as encoding/json writes maps).
+// nodes.Summarize of its params as JSON, so the delegation's approval and
+// the capability's own approval show the same line.
 func callSummary(name string, params map[string]any) string {
-	if len(params) == 0 {
-		return name
-	}
-	b, err := json.Marshal(params)
+	b, err := marshalJSON(params)
 	if err != nil {
-		return name
+		return nodes.Summarize(name, nil)
 	}
-	return name + " " + string(b)
+	return nodes.Summarize(name, b)
 }
 
-// Summarize implements Summarizer: the call a message names, or the first
-// line of its text when it names none.
+// Summarize implements Summarizer: the call a message names, or (naming
+// none) textSummary's line of the message.
 func (x *NodeExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) string {
 	var c nodeCall
-	text, ambiguous := x.parse(&c, msg, x.reg.Manifest())
+	_, ambiguous := x.parse(&c, msg, x.reg.Manifest())
 	if c.Capability != "" && !ambiguous {
 		return callSummary(c.Capability, c.Params)
 	}
-	line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
-	if line == "" {
-		return "(no capability named)"
-	}
-	return line
+	return textSummary(msg, "(no capability named)")
 }
 
 // Execute implements Executor.
@@ -144,7 +142,7 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 		ex.Fail(fmt.Sprintf("%s is unavailable on this device: %s", capb.Name, capb.Reason))
 		return nil
 	}
-	params, err := json.Marshal(c.paramsOrEmpty())
+	params, err := marshalJSON(c.paramsOrEmpty())
 	if err != nil {
 		ex.Fail("the params cannot be encoded: " + err.Error())
 		return nil
@@ -154,12 +152,17 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 	}
 	c.Missing = nil
 
+	sum := nodes.Summarize(capb.Name, params)
 	approved := ex.ApprovedSummary()
 	call := nodes.Call{
 		Capability: capb.Name,
 		Params:     params,
 		Caller:     ex.Caller(),
-		Approved:   approved != "" && approved == callSummary(capb.Name, c.Params),
+		// A cut summary hides the rest of the call: never take it as
+		// consent to what it hid.
+		Approved:   approved != "" && approved == sum && utf8.RuneCountInString(sum) < nodes.MaxSummaryRunes,
+		OnAsk:      func() { ex.Working("waiting for the owner's approval of " + sum) },
+		OnApproved: func() { ex.Working("running " + capb.Name) },
 	}
 	ex.Working("running " + capb.Name)
 	res, err := x.reg.Invoke(ctx, call)
@@ -182,7 +185,7 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 	if summary == "" {
 		summary = capb.Name + " done"
 	}
-	ex.Artifact(capb.Name, a2a.DataPart{Data: data}, a2a.TextPart{Text: summary})
+	ex.Artifact(capb.Name, a2a.DataPart{Data: data})
 	ex.Complete(summary)
 	return nil
 }
@@ -205,7 +208,7 @@ func (x *NodeExecutor) settleError(ex *Execution, c *nodeCall, capb nodes.Capabi
 		c.Capability, c.Params, c.Missing = "", nil, nil
 		ex.InputRequired("This device has no such capability. Available: "+availableNames(x.reg.Manifest())+".", capabilityList(x.reg.Manifest()))
 	case errors.Is(err, nodes.ErrDenied):
-		ex.Fail("denied: " + err.Error())
+		ex.Reject(fmt.Sprintf("rejected: %s: %s", capb.Name, deniedReason(err)))
 	case errors.Is(err, nodes.ErrUnavailable):
 		ex.Fail(err.Error())
 	default:
@@ -213,6 +216,18 @@ func (x *NodeExecutor) settleError(ex *Execution, c *nodeCall, capb nodes.Capabi
 		ex.Fail(capb.Name + " failed: " + err.Error())
 	}
 	return nil
+}
+
+// deniedReason is the reason of a nodes.ErrDenied error, without the
+// sentinel's own text ("denied by the owner", "system.run is set to deny
+// on this device").
+func deniedReason(err error) string {
+	msg := err.Error()
+	prefix := nodes.ErrDenied.Error() + ": "
+	if i := strings.Index(msg, prefix); i >= 0 {
+		return msg[i+len(prefix):]
+	}
+	return msg
 }
 
 func singleStringHint(capb nodes.Capability, pe *nodes.ParamError) string {

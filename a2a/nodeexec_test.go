@@ -157,7 +157,7 @@ func TestNodeExecutorConversations(t *testing.T) {
 			{first(userMsg("clipboard.read")), a2a.TaskStateFailed, "unavailable on this device: no display"},
 		}, ``},
 		{"denied call", []turn{
-			{first(dataMsg(map[string]any{"capability": "system.notify", "params": map[string]any{"title": "deny"}})), a2a.TaskStateFailed, "denied: "},
+			{first(dataMsg(map[string]any{"capability": "system.notify", "params": map[string]any{"title": "deny"}})), a2a.TaskStateRejected, "rejected: system.notify: policy deny for system.notify"},
 		}, `system.notify {"title":"deny"}`},
 		{"longer names are not matches", []turn{
 			{first(userMsg("what is my.device.info or device.infos?")), a2a.TaskStateInputRequired, "names no capability"},
@@ -194,14 +194,16 @@ func TestNodeExecutorConversations(t *testing.T) {
 				t.Fatalf("call's caller = %+v", lc.Caller)
 			}
 			if task.Status.State == a2a.TaskStateCompleted {
-				if len(task.Artifacts) != 1 || len(task.Artifacts[0].Parts) != 2 {
+				// The result once as data, its summary once as the
+				// status message.
+				if len(task.Artifacts) != 1 || len(task.Artifacts[0].Parts) != 1 {
 					t.Fatalf("artifacts = %+v", task.Artifacts)
 				}
 				if _, ok := task.Artifacts[0].Parts[0].(a2a.DataPart); !ok {
-					t.Fatalf("first artifact part is %T, want the DataPart", task.Artifacts[0].Parts[0])
+					t.Fatalf("the artifact part is %T, want the DataPart", task.Artifacts[0].Parts[0])
 				}
-				if _, ok := task.Artifacts[0].Parts[1].(a2a.TextPart); !ok {
-					t.Fatalf("second artifact part is %T, want the text summary", task.Artifacts[0].Parts[1])
+				if text(task.Status.Message) == "" {
+					t.Fatal("completed without the summary")
 				}
 			}
 		})
@@ -296,9 +298,17 @@ func TestNodeExecutorSummarize(t *testing.T) {
 	}{
 		{userMsg("please run device.info"), "device.info"},
 		{dataMsg(map[string]any{"capability": "system.notify", "params": map[string]any{"title": "t", "body": "b"}}), `system.notify {"body":"b","title":"t"}`},
-		{userMsg("do something\nsecond line"), "do something"},
+		{userMsg("do something\nsecond line"), "do something …"},
 		{userMsg("device.info or system.run"), "device.info or system.run"},
-		{a2a.NewMessage(a2a.MessageRoleUser, a2a.FilePart{File: a2a.FileURI{URI: "file:///x"}}), "(no capability named)"},
+		{a2a.NewMessage(a2a.MessageRoleUser, a2a.FilePart{File: a2a.FileURI{URI: "file:///x"}}), "[file file:///x]"},
+		{a2a.NewMessage(a2a.MessageRoleUser), "(no capability named)"},
+		// What the owner approves shows control and bidi characters.
+		{dataMsg(map[string]any{"capability": "device.info\u202e\nsystem.run"}), `device.info\u202E\u000Asystem.run`},
+		{dataMsg(map[string]any{"capability": "system.notify", "params": map[string]any{"title": "a\u2066b<c>&"}}), `system.notify {"title":"a\u2066b<c>&"}`},
+		{userMsg("look \u202eexe.pdf\x1b[2J"), `look \u202Eexe.pdf\u001B[2J`},
+		{a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: "summarize this"},
+			a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "report\n\u202efdp.exe"}, Bytes: "eA=="}}),
+			`summarize this [file report\u000A\u202Efdp.exe]`},
 	}
 	for _, tc := range tests {
 		if got := x.Summarize(nil, tc.msg); got != tc.want {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -629,12 +628,12 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 	msg.TaskID, msg.ContextID = t.id, ctxID
 	t.history = []*a2a.Message{msg}
 	ts := now
-	t.status = a2a.TaskStatus{
-		State:     a2a.TaskStateSubmitted,
-		Message:   agentMessage("waiting for approval on " + s.deviceName()),
-		Timestamp: &ts,
+	t.status = a2a.TaskStatus{State: a2a.TaskStateSubmitted, Timestamp: &ts}
+	if !s.reportsQueued() {
+		// The approver does not say when a person is asked: assume one is.
+		t.status.Message = agentMessage(s.waitingText())
+		t.status.Message.TaskID, t.status.Message.ContextID = t.id, ctxID
 	}
-	t.status.Message.TaskID, t.status.Message.ContextID = t.id, ctxID
 
 	// Everything is set before the task is published in the store (t is
 	// not shared yet, so no lock).
@@ -768,18 +767,34 @@ func (s *Server) deviceName() string {
 	return "this device"
 }
 
-// summarize is the one-line text the owner approves.
+// summarize is the one-line text the owner approves: the Summarizer's,
+// else textSummary's; bounded and escaped either way (boundSummary).
 func (s *Server) summarize(p *pairing.Principal, msg *a2a.Message) string {
 	if sm, ok := s.opts.Executor.(Summarizer); ok {
-		return truncate(sm.Summarize(p, msg), 200)
+		return boundSummary(sm.Summarize(p, msg))
 	}
-	for _, part := range msg.Parts {
-		if tp, ok := part.(a2a.TextPart); ok && strings.TrimSpace(tp.Text) != "" {
-			line, _, _ := strings.Cut(strings.TrimSpace(tp.Text), "\n")
-			return truncate(line, 200)
-		}
+	return textSummary(msg, "(a message without text)")
+}
+
+// reportsQueued reports whether the Approver says when it queues a request
+// (QueueingApprover).
+func (s *Server) reportsQueued() bool {
+	qa, ok := s.opts.Approver.(QueueingApprover)
+	return ok && qa.ReportsQueued()
+}
+
+// waitingText is the status text of a task queued for the owner.
+func (s *Server) waitingText() string { return "waiting for approval on " + s.deviceName() }
+
+// queued shows that t waits for a person's approval, once, while it is
+// still submitted.
+func (s *Server) queued(t *task) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.status.State != a2a.TaskStateSubmitted || t.status.Message != nil {
+		return
 	}
-	return "(a message without text)"
+	t.setStatusLocked(a2a.TaskStateSubmitted, agentMessage(s.waitingText()), s.now())
 }
 
 // runTurn is the goroutine of one turn: the approval (first turn), then
@@ -871,6 +886,7 @@ func (s *Server) approve(ctx context.Context, t *task, msg *a2a.Message) Decisio
 	}
 	return s.opts.Approver.ApproveTask(ctx, TaskApproval{
 		TaskID: t.id, ContextID: t.contextID, Caller: t.caller, Summary: t.summary, Message: msg,
+		Queued: func() { s.queued(t) },
 	})
 }
 

@@ -387,10 +387,11 @@ func TestCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		task := res.(*a2a.Task)
-		if task.Status.State != a2a.TaskStateSubmitted || text(task.Status.Message) != "waiting for approval on testbox" {
-			t.Fatalf("before approval: %s %+v", task.Status.State, task.Status.Message)
-		}
 		pa := ap.next(t)
+		if got, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: task.ID}); err != nil ||
+			got.Status.State != a2a.TaskStateSubmitted || text(got.Status.Message) != "waiting for approval on testbox" {
+			t.Fatalf("before approval: %v %+v", err, got)
+		}
 		if pa.TaskID != task.ID || pa.Caller.Owner() != "grantA" || pa.Summary != "echo x" {
 			t.Fatalf("approval request = %+v", pa.TaskApproval)
 		}

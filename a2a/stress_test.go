@@ -44,7 +44,10 @@ func TestKeepAliveWhileWaitingForApproval(t *testing.T) {
 	}
 	got.Write(rest)
 	evs := sseEvents(t, []byte(got.String()))
-	if len(evs) != 4 || !strings.Contains(string(evs[3]), `"completed"`) || !strings.Contains(string(evs[3]), `"final":true`) {
+	// Task, "waiting for approval" (the approver queued it), working,
+	// artifact, completed.
+	if len(evs) != 5 || !strings.Contains(string(evs[1]), `"waiting for approval on testbox"`) ||
+		!strings.Contains(string(evs[4]), `"completed"`) || !strings.Contains(string(evs[4]), `"final":true`) {
 		t.Fatalf("events: %q", evs)
 	}
 }
