@@ -20,7 +20,11 @@ const maxDetail = 4 << 10
 // the approvals queue for policy ask.
 type taskApprover struct{ n *Node }
 
-var _ agent.Approver = taskApprover{}
+var _ agent.QueueingApprover = taskApprover{}
+
+// ReportsQueued: ApproveTask calls TaskApproval.Queued exactly when the
+// request goes to the approvals queue (policy ask), never for allow/deny.
+func (taskApprover) ReportsQueued() bool { return true }
 
 func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) agent.Decision {
 	n := ta.n
@@ -44,12 +48,33 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	a.Summary = t.Summary
 	a.Detail = messageText(t.Message)
 	a.TaskID = string(t.TaskID)
-	d, err := n.approvals.Ask(ctx, a)
+	d, err := n.approvals.askQueued(ctx, a, t.Queued)
 	if err != nil {
 		return agent.Decision{Reason: "withdrawn: " + err.Error()}
 	}
-	n.applyAlways(g, d)
+	if d.Approved() {
+		// The grant may have been paused or revoked while the owner read
+		// the request: an approval of a grant that no longer reaches this
+		// surface runs nothing.
+		if reason := n.grantGone(p.Grant.ID); reason != "" {
+			return agent.Decision{Reason: reason}
+		}
+		n.applyAlways(g, d)
+	}
 	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+}
+
+// grantGone returns why grant id no longer authorizes work ("" when it is
+// active): revoked or paused since the request was authenticated.
+func (n *Node) grantGone(id string) string {
+	g, err := n.grants.Get(id)
+	switch {
+	case err != nil:
+		return "the grant was revoked"
+	case g.Status != pairing.StatusActive:
+		return "the grant was paused"
+	}
+	return ""
 }
 
 // capabilityApprover asks the owner about capability calls under policy ask.
@@ -73,13 +98,18 @@ func (ca capabilityApprover) ApproveCall(ctx context.Context, c nodes.CallApprov
 	if err != nil {
 		return false, "withdrawn: " + err.Error()
 	}
-	if g.ID != "" {
-		n.applyAlways(g, d)
+	if d.Approved() && g.ID != "" {
+		if reason := n.grantGone(g.ID); reason != "" {
+			return false, reason
+		}
 	}
+	// "Always allow" is for delegations only (a capability approval does
+	// not widen the grant's policy): Decide refuses it here.
 	return d.Approved(), d.Reason
 }
 
-// applyAlways turns "Always allow from this device" into the grant's policy.
+// applyAlways turns "Always allow from this device" on a delegation into
+// the grant's policy.
 func (n *Node) applyAlways(g pairing.Grant, d ApprovalDecision) {
 	if !d.Approved() || !d.Always || g.ID == "" {
 		return
@@ -181,7 +211,22 @@ func scopesOrNone(s pairing.Scopes) string {
 
 // Decide applies the owner's decision to a pending approval. For a pairing,
 // the scopes are checked here so a typo is an error, not a silent default.
+// Scopes apply only to a pairing and Always only to a delegation: given
+// with an approval of another kind they are an error (badRequest), not
+// silently dropped or applied to the whole grant.
 func (n *Node) Decide(id string, d ApprovalDecision) error {
+	if d.Approved() && (d.Always || len(d.Scopes) > 0) {
+		a, ok := n.approvals.Get(id)
+		if !ok {
+			return ErrNoApproval
+		}
+		if d.Always && a.Kind != KindDelegation {
+			return badRequest("\"always allow\" applies only to delegations; %s is a %s request", id, a.Kind)
+		}
+		if len(d.Scopes) > 0 && a.Kind != KindPairing {
+			return badRequest("scopes apply only to pairing requests; %s is a %s request", id, a.Kind)
+		}
+	}
 	if len(d.Scopes) > 0 {
 		sc, err := pairing.NormalizeScopes(d.Scopes)
 		if err != nil {
@@ -194,6 +239,51 @@ func (n *Node) Decide(id string, d ApprovalDecision) error {
 
 // Approvals lists the pending approvals.
 func (n *Node) Approvals() []Approval { return n.approvals.List() }
+
+// askQueued is Ask that calls queued (if not nil) once a is in the queue,
+// before waiting: the A2A engine then tells the caller the task waits for
+// the owner.
+func (q *Approvals) askQueued(ctx context.Context, a Approval, queued func()) (ApprovalDecision, error) {
+	ch := make(chan ApprovalDecision, 1)
+	id, err := q.Post(a, func(d ApprovalDecision) { ch <- d })
+	if err != nil {
+		return ApprovalDecision{Decision: DecisionDeny, Reason: err.Error()}, nil
+	}
+	if queued != nil {
+		queued()
+	}
+	select {
+	case d := <-ch:
+		return d, nil
+	case <-ctx.Done():
+		q.Withdraw(id)
+		return ApprovalDecision{Decision: DecisionDeny, Reason: "withdrawn"}, ctx.Err()
+	}
+}
+
+// WithdrawGrant refuses every pending approval asked for grant id (the
+// owner paused or revoked it): each requester sees a denial with reason.
+// It returns how many it withdrew.
+func (q *Approvals) WithdrawGrant(id, reason string) int {
+	if id == "" {
+		return 0
+	}
+	q.mu.Lock()
+	var ids []string
+	for _, aid := range q.order {
+		if q.items[aid].a.GrantID == id {
+			ids = append(ids, aid)
+		}
+	}
+	q.mu.Unlock()
+	n := 0
+	for _, aid := range ids {
+		if q.finish(aid, ApprovalDecision{Decision: DecisionDeny, Reason: reason}) {
+			n++
+		}
+	}
+	return n
+}
 
 // messageText is what the owner reads of an A2A message: its text parts,
 // then its data parts as JSON, bounded.

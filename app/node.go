@@ -58,6 +58,10 @@ type Node struct {
 	controlToken string
 	loopback     string // base URL of the loopback listener
 
+	// work tracks requests in flight per grant, so pausing or revoking a
+	// grant ends them (endGrantWork).
+	work grantWork
+
 	ctx    context.Context // canceled by Close: ends long-lived handlers and loops
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background loops
@@ -237,10 +241,20 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return err
 	}
 
+	// Grant changes from here on are seen by watchGrants, against the
+	// grants active before anything is served.
+	grantChanges, stopGrantChanges := n.grants.Subscribe()
+	defer func() {
+		if err != nil {
+			stopGrantChanges()
+		}
+	}()
+	activeGrants := n.activeGrants()
+
 	mux := http.NewServeMux()
 	n.routes(mux)
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           n.trackGrantWork(mux),
 		ConnContext:       connContext,
 		BaseContext:       func(net.Listener) context.Context { return n.ctx },
 		ReadHeaderTimeout: 10 * time.Second,
@@ -258,7 +272,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("discovery: %w", err)
 	}
 	n.goLoop(n.watchDiscovery)
-	n.goLoop(n.watchGrants)
+	n.goLoop(func(ctx context.Context) { n.watchGrants(ctx, grantChanges, activeGrants) })
 	n.goLoop(n.watchPairing)
 	n.log.Info("meshtray node started",
 		"name", cfg.Name, "os", n.osEnv, "device", n.identity.ID.Short(),
@@ -371,9 +385,11 @@ func (n *Node) reconcileListeners() {
 	n.listeners.Reconcile(want)
 }
 
-func (n *Node) watchGrants(ctx context.Context) {
-	ch, stop := n.grants.Subscribe()
-	defer stop()
+// watchGrants tells subscribers about grant changes and ends the live work
+// of every grant that stopped being active (paused, revoked, replaced by a
+// re-pairing, never collected): ch and active are taken before the node
+// serves, so no change is missed.
+func (n *Node) watchGrants(ctx context.Context, ch <-chan struct{}, active map[string]bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -381,8 +397,120 @@ func (n *Node) watchGrants(ctx context.Context) {
 		case <-ch:
 			n.events.Publish(EventGrants)
 			n.events.Publish(EventPeers) // the paired mark
+			now := n.activeGrants()
+			for id := range active {
+				if !now[id] {
+					n.endGrantWork(id)
+				}
+			}
+			active = now
 		}
 	}
+}
+
+// activeGrants is the set of active issued grant IDs.
+func (n *Node) activeGrants() map[string]bool {
+	out := make(map[string]bool)
+	for _, g := range n.grants.List() {
+		if g.Status == pairing.StatusActive {
+			out[g.ID] = true
+		}
+	}
+	return out
+}
+
+// endGrantWork ends everything grant id has under way, once it is no
+// longer active (issue 3 §3: a paused or revoked grant is refused on every
+// surface immediately, work already running included): its pending
+// approvals are withdrawn, its A2A tasks end canceled with a final event
+// on their streams (a2a Server.CancelOwner, which waits for the executors
+// to stop), and its other requests in flight (capability calls, event
+// streams of a full grant) have their context canceled. Idempotent.
+func (n *Node) endGrantWork(id string) {
+	reason := n.grantGone(id)
+	if reason == "" {
+		return // active again (resumed meanwhile)
+	}
+	approvals := n.approvals.WithdrawGrant(id, "withdrawn: "+reason)
+	tasks := 0
+	if n.agent != nil {
+		tasks = n.agent.CancelOwner(id, reason+" by the owner of this device")
+	}
+	calls := n.work.cancel(id, errors.New(reason))
+	if approvals+tasks+calls > 0 {
+		n.log.Info("live work of a grant ended", "grant_id", id, "reason", reason,
+			"approvals", approvals, "tasks", tasks, "requests", calls)
+	}
+}
+
+// grantWork tracks the requests in flight that carry a grant token, by
+// grant ID, each with a cancel func. Bounded by the connections the
+// server accepts.
+type grantWork struct {
+	mu   sync.Mutex
+	live map[string]map[*context.CancelCauseFunc]struct{} // guarded by mu
+}
+
+// track registers a request of grant id; done unregisters it.
+func (w *grantWork) track(ctx context.Context, id string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	key := &cancel
+	w.mu.Lock()
+	if w.live == nil {
+		w.live = make(map[string]map[*context.CancelCauseFunc]struct{})
+	}
+	if w.live[id] == nil {
+		w.live[id] = make(map[*context.CancelCauseFunc]struct{})
+	}
+	w.live[id][key] = struct{}{}
+	w.mu.Unlock()
+	return ctx, func() {
+		w.mu.Lock()
+		delete(w.live[id], key)
+		if len(w.live[id]) == 0 {
+			delete(w.live, id)
+		}
+		w.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// cancel ends every tracked request of grant id with cause; it returns how
+// many.
+func (w *grantWork) cancel(id string, cause error) int {
+	w.mu.Lock()
+	fs := w.live[id]
+	delete(w.live, id)
+	w.mu.Unlock()
+	for f := range fs {
+		(*f)(cause)
+	}
+	return len(fs)
+}
+
+// trackGrantWork wraps the whole server: a request carrying a grant token
+// gets a context that endGrantWork cancels. The grant ID is the token's
+// public part; the token is checked by the auth middleware further in (a
+// forged one is refused there, and tracking it costs nothing). Registered
+// before authentication, so a pause that lands after the check still
+// reaches the request. The A2A endpoint is left out: CancelOwner ends its
+// tasks with a final event, which a canceled request could not deliver.
+func (n *Node) trackGrantWork(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/a2a/v1" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+			if id := pairing.TokenGrantID(strings.TrimSpace(auth[7:])); id != "" {
+				ctx, done := n.work.track(r.Context(), id)
+				defer done()
+				r = r.WithContext(ctx)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (n *Node) watchPairing(ctx context.Context) {
@@ -579,14 +707,22 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (GrantToken, error) {
 	var err error
 	switch u.Action {
 	case ActionPause:
-		err = n.grants.Pause(id)
+		if err = n.grants.Pause(id); err == nil || !errors.Is(err, pairing.ErrNoGrant) {
+			n.endGrantWork(id) // before answering: the caller sees it done
+		}
 	case ActionResume:
 		err = n.grants.Resume(id)
 	case ActionRevoke:
-		err = n.pairer.Revoke(id)
+		if err = n.pairer.Revoke(id); err == nil || !errors.Is(err, pairing.ErrNoGrant) {
+			n.endGrantWork(id)
+		}
 	case ActionRotate:
 		var tok string
-		tok, _, err = n.pairer.Rotate(n.ctx, id)
+		// Bounded: the node's context lives as long as the node, and the
+		// peer the new token is offered to may never answer.
+		ctx, cancel := context.WithTimeout(n.ctx, pairing.DefaultCallTimeout)
+		tok, _, err = n.pairer.Rotate(ctx, id)
+		cancel()
 		if err == nil {
 			return GrantToken{ID: id, Token: tok}, nil
 		}
