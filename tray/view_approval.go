@@ -154,7 +154,7 @@ func (v *approvalView) decide(approve bool) {
 		if a.Kind == app.KindPairing {
 			d.Scopes = scopesFromLabels(v.scopes.Selected)
 		}
-		if a.GrantID != "" && a.Kind != app.KindPairing {
+		if offersAlways(a) {
 			d.Always = v.always.Checked
 		}
 	}
@@ -236,7 +236,7 @@ func (v *approvalView) render() {
 		v.sasBox.Hide()
 		v.scopesBox.Hide()
 	}
-	if a.GrantID != "" && a.Kind != app.KindPairing {
+	if offersAlways(a) {
 		if v.alwaysFor != a.ID {
 			v.always.SetChecked(false)
 			v.alwaysFor = a.ID
@@ -253,6 +253,15 @@ func (v *approvalView) render() {
 		v.deny.Enable()
 	}
 	v.tick()
+}
+
+// offersAlways reports whether the popup offers "Always allow from this
+// device" for a: only for a delegation from a grant (issue 6 §2), where it
+// sets that grant's policy to allow. A capability call's approval does not
+// offer it: allowing the whole grant from one call's popup would allow
+// every capability and every delegation of that device at once.
+func offersAlways(a app.Approval) bool {
+	return a.Kind == app.KindDelegation && a.GrantID != ""
 }
 
 // approvalTitle is the popup's headline for a.

@@ -182,6 +182,43 @@ func TestApprovalViewSteps(t *testing.T) {
 	}
 }
 
+// TestApprovalViewAlwaysOnlyForDelegations: "Always allow from this
+// device" sets the grant's policy to allow, so it is offered (and sent)
+// for a delegation from a grant only: never for a capability call, which
+// would allow the whole grant from one call's popup, nor for pairing or
+// the owner's own calls.
+func TestApprovalViewAlwaysOnlyForDelegations(t *testing.T) {
+	newTestApp(t)
+	tests := []struct {
+		name   string
+		a      app.Approval
+		offers bool
+	}{
+		{"delegation from a grant", app.Approval{Kind: app.KindDelegation, GrantID: "g1", Peer: "phone"}, true},
+		{"capability call from a grant", app.Approval{Kind: app.KindCapability, GrantID: "g1", Peer: "phone", Summary: "clipboard.read"}, false},
+		{"capability call of the owner", app.Approval{Kind: app.KindCapability, Peer: "this device", Summary: "clipboard.read"}, false},
+		{"pairing", app.Approval{Kind: app.KindPairing, Peer: "desk", SAS: "123456"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []app.ApprovalDecision
+			v := newApprovalView(func(_ app.Approval, d app.ApprovalDecision) { got = append(got, d) })
+			test.NewTempWindow(t, v.root)
+			a := tt.a
+			a.ID, a.Expires = "X1", time.Now().Add(time.Minute)
+			v.set([]app.Approval{a})
+			if v.always.Visible() != tt.offers {
+				t.Fatalf("'Always allow' visible = %v, want %v", v.always.Visible(), tt.offers)
+			}
+			v.always.SetChecked(true) // even if set behind the owner's back
+			test.Tap(button(t, v.root, "Approve"))
+			if len(got) != 1 || got[0].Always != tt.offers {
+				t.Fatalf("decision %+v, want always=%v", got, tt.offers)
+			}
+		})
+	}
+}
+
 func TestPairViewStates(t *testing.T) {
 	newTestApp(t)
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
