@@ -219,11 +219,12 @@ func fetchManifest(ctx context.Context, hc *http.Client, base string) (nodes.Man
 	return m, nil
 }
 
-// WaitsForOwner reports whether a delegated task in state s waits for this
-// device's owner: the agent asked for input (input-required) or for
-// credentials (auth-required), A2A 0.3.0 §6.3 TaskState; both are answered
-// with POST /a2a/outbound/{id}/answer.
-func WaitsForOwner(s a2a.TaskState) bool {
+// WaitsForOwner reports whether a delegated task in state (an A2A 0.3.0
+// TaskState, §6.3, as GET /a2a/outbound shows it) waits for this device's
+// owner: the agent asked for input (input-required) or for credentials
+// (auth-required); both are answered with POST /a2a/outbound/{id}/answer.
+func WaitsForOwner(state string) bool {
+	s := a2a.TaskState(state)
 	return s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
 }
 
@@ -235,7 +236,7 @@ func (n *Node) outboundWaiting() int {
 	}
 	k := 0
 	for _, t := range n.deleg.out.List() {
-		if WaitsForOwner(t.State) {
+		if WaitsForOwner(string(t.State)) {
 			k++
 		}
 	}

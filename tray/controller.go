@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"meshtray/app"
@@ -59,8 +60,9 @@ type controller struct {
 
 	last     *menuModel
 	status   app.Status
-	seen     map[string]bool // approval ids already announced
-	failures int             // consecutive failed refreshes, for logging once
+	seen     map[string]bool   // approval ids already announced
+	asked    map[string]string // delegated task id -> the question already announced
+	failures int               // consecutive failed refreshes, for logging once
 }
 
 // uiOpener opens windows in the UI process.
@@ -116,7 +118,7 @@ func (c *controller) watch(ctx context.Context, wake chan<- struct{}) {
 		err := c.api.Events(ctx, func(ts []app.EventType) {
 			for _, t := range ts {
 				switch t {
-				case app.EventStatus, app.EventApprovals, app.EventPeers, app.EventGrants:
+				case app.EventStatus, app.EventApprovals, app.EventPeers, app.EventGrants, app.EventTasks:
 					poke()
 					return
 				}
@@ -167,6 +169,20 @@ func (c *controller) refresh(ctx context.Context) {
 		s.Peers = []mesh.Peer{}
 	}
 	s.Status.PendingApprovals = len(approvals) // the list is fresher than the count
+	// The questions of delegated tasks: read only while some wait or were
+	// announced (to forget them), not on every task event.
+	var waiting []outboundView
+	questionsOK := false
+	if s.Status.OutboundWaiting > 0 || len(c.asked) > 0 {
+		var all []outboundView
+		if err := c.call(ctx, http.MethodGet, "/a2a/outbound", nil, &all); err != nil {
+			c.log.Debug("cannot read the delegated tasks", "err", err)
+		} else {
+			waiting = slices.DeleteFunc(all, func(t outboundView) bool { return !app.WaitsForOwner(t.State) })
+			s.Status.OutboundWaiting = len(waiting)
+			questionsOK = true
+		}
+	}
 	c.status = s.Status
 	if c.autostart != nil {
 		on, err := c.autostart.Enabled()
@@ -178,6 +194,57 @@ func (c *controller) refresh(ctx context.Context) {
 		c.last = &m
 	}
 	c.announce(ctx, approvals)
+	if questionsOK {
+		c.announceQuestions(ctx, waiting)
+	}
+}
+
+// announceQuestions sends one notification per question a delegated task
+// asks (issue 4 §2): a task is announced again only when it asks
+// something new.
+func (c *controller) announceQuestions(ctx context.Context, waiting []outboundView) {
+	if c.asked == nil {
+		c.asked = make(map[string]string)
+	}
+	keep := make(map[string]bool, len(waiting))
+	for _, t := range waiting {
+		keep[t.ID] = true
+		if q, ok := c.asked[t.ID]; ok && q == t.Message {
+			continue
+		}
+		c.asked[t.ID] = t.Message
+		title, body := questionNotice(t)
+		c.notify(ctx, title, body)
+	}
+	for id := range c.asked {
+		if !keep[id] {
+			delete(c.asked, id)
+		}
+	}
+}
+
+// maxNoticeQuestion bounds the question quoted in a notification (runes).
+const maxNoticeQuestion = 240
+
+// questionNotice is the desktop notification of a delegated task that
+// waits for the owner.
+func questionNotice(t outboundView) (title, body string) {
+	who := t.AgentName
+	if who == "" {
+		who = "An agent"
+	}
+	title = who + " asks"
+	q := strings.TrimSpace(t.Message)
+	if q == "" {
+		q = "It needs your input (" + t.State + ")."
+	}
+	if r := []rune(q); len(r) > maxNoticeQuestion {
+		q = string(r[:maxNoticeQuestion]) + "…"
+	}
+	if t.Request != "" {
+		q += "\nAbout: " + t.Request
+	}
+	return title, q + "\nAnswer it from the meshtray menu: Questions from agents…"
 }
 
 // announce sends a notification for each approval not seen before and
@@ -260,6 +327,8 @@ func (c *controller) handle(ctx context.Context, a action) {
 		err = c.ui.open(ctx, app.UIRequest{Window: app.UIApprovals})
 	case actManifest:
 		err = c.ui.open(ctx, app.UIRequest{Window: app.UIManifest})
+	case actQuestions:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIQuestions})
 	case actAutostart:
 		if c.autostart == nil {
 			return

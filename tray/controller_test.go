@@ -84,6 +84,7 @@ type fakeAPI struct {
 	mu        sync.Mutex
 	status    app.Status
 	approvals []app.Approval
+	outbound  []outboundView
 	posts     []string // "PATH BODY"
 	events    chan []app.EventType
 }
@@ -104,6 +105,8 @@ func (f *fakeAPI) Do(ctx context.Context, method, path string, in, out any) erro
 		v = f.approvals
 	case "/mesh/peers":
 		v = []mesh.Peer{}
+	case "/a2a/outbound":
+		v = f.outbound
 	default:
 		return &app.APIError{Status: 404, Message: "no " + path}
 	}
@@ -263,5 +266,85 @@ func TestApprovalNotice(t *testing.T) {
 	title, body := approvalNotice(app.Approval{Kind: app.KindPairing, Peer: "phone", Summary: "pair with phone, asking for agent", SAS: "123456"})
 	if title != "phone wants to pair" || !strings.Contains(body, "Code on both screens: 123456") {
 		t.Errorf("%q %q", title, body)
+	}
+}
+
+// TestControllerQuestions: a delegated task whose agent asks for input
+// (issue 4 §2) shows in the status line and the icon, is announced once
+// per question with the question, and the menu opens the questions
+// window; answered, it leaves the menu.
+func TestControllerQuestions(t *testing.T) {
+	t.Parallel()
+	api := &fakeAPI{status: app.Status{Name: "laptop", OS: "Linux"}, events: make(chan []app.EventType)}
+	menu := &recordMenu{}
+	var mu sync.Mutex
+	type notice struct{ title, body string }
+	var notices []notice
+	c := &controller{
+		api: api, menu: menu, ui: recordUI{api},
+		notify: func(_ context.Context, title, body string) {
+			mu.Lock()
+			notices = append(notices, notice{title, body})
+			mu.Unlock()
+		},
+		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		clicks: make(chan action),
+	}
+	got := func() []notice { mu.Lock(); defer mu.Unlock(); return append([]notice{}, notices...) }
+	lastModel := func() menuModel { menu.mu.Lock(); defer menu.mu.Unlock(); return menu.models[len(menu.models)-1] }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the first render", func() bool { return menu.count() == 1 })
+
+	ask := func(state, q string) {
+		api.mu.Lock()
+		api.status.OutboundWaiting = 0
+		if app.WaitsForOwner(state) {
+			api.status.OutboundWaiting = 1
+		}
+		api.outbound = []outboundView{
+			{ID: "T1", Agent: "bee-id", AgentName: "bee", Request: "hello there", State: state, Message: q},
+			{ID: "T0", Agent: "bee-id", AgentName: "bee", Request: "old", State: "completed"},
+		}
+		api.mu.Unlock()
+		api.events <- []app.EventType{app.EventTasks}
+	}
+	ask("input-required", "Which capability? Available: device.info, system.notify.")
+	waitUntil(t, "the question's notice", func() bool { return len(got()) == 1 })
+	if n := got()[0]; n.title != "bee asks" || !strings.Contains(n.body, "Which capability?") || !strings.Contains(n.body, "Questions from agents") {
+		t.Fatalf("notice %+v", n)
+	}
+	waitUntil(t, "the question in the menu", func() bool { return lastModel().Questions == 1 })
+	m := lastModel()
+	if !strings.HasSuffix(m.StatusLine, " · 1 question from an agent") || m.Icon != iconApproval {
+		t.Fatalf("menu with a question: status %q icon %d", m.StatusLine, m.Icon)
+	}
+	if it := m.items()[10]; it.Label != "Questions from agents (1)…" || it.Act.kind != actQuestions {
+		t.Fatalf("questions item %+v", it)
+	}
+	// The same question again (another task event): no second notice; a
+	// new question of the same task: one more.
+	renders := menu.count()
+	ask("input-required", "Which capability? Available: device.info, system.notify.")
+	c.clicks <- action{kind: actQuestions} // the loop handled the event before the click
+	waitUntil(t, "the questions window request", func() bool {
+		p := api.postsSnapshot()
+		return len(p) > 0 && p[len(p)-1] == `/ui/open {"window":"questions"}`
+	})
+	if len(got()) != 1 || menu.count() != renders {
+		t.Fatalf("the same question again: %d notices, %d renders (was %d)", len(got()), menu.count(), renders)
+	}
+	ask("auth-required", "Sign in first.")
+	waitUntil(t, "the new question's notice", func() bool { return len(got()) == 2 })
+	// Answered: the task works again; the menu lets go of it.
+	ask("working", "")
+	waitUntil(t, "no question in the menu", func() bool { return lastModel().Questions == 0 })
+	if m := lastModel(); strings.Contains(m.StatusLine, "question") || m.Icon != iconNormal || len(m.items()) != 15 {
+		t.Fatalf("menu after the answer: %q icon %d, %d items", m.StatusLine, m.Icon, len(m.items()))
+	}
+	if len(got()) != 2 {
+		t.Fatalf("notices %+v", got())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,7 +111,7 @@ func (d *desktop) env(extra ...string) []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
+		case "DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_CACHE_HOME",
 			"MESHTRAY_KEYCHAINTEST_BUS", "MESHTRAY_APPTEST_MAIN", envTrayMain:
 			continue
 		}
@@ -376,16 +377,40 @@ func startTrayCmd(t *testing.T, env []string, stateDir string, wrap []string, ar
 	return startProc(t, "tray", env, stateDir, argv)
 }
 
+// userEnv is the environment of a user of its own: HOME, XDG_RUNTIME_DIR
+// and XDG_CACHE_HOME in fresh dirs (0700). The tray's one-per-user lock
+// lives there, so trays started with different userEnvs run side by side
+// (tests in parallel) and trays sharing one meet the lock.
+func userEnv(t *testing.T) []string {
+	t.Helper()
+	home := t.TempDir()
+	rt := filepath.Join(home, "run")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"HOME=" + home, "XDG_RUNTIME_DIR=" + rt, "XDG_CACHE_HOME=" + filepath.Join(home, ".cache")}
+}
+
+// hasUser reports whether env already names a user's runtime dir.
+func hasUser(env []string) bool {
+	return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") })
+}
+
 // startProc starts a meshtray child process (argv[0] may be a wrapper).
-// When this test binary is built with -race, the child's race reports (and
-// those of the UI process it starts) go to files checked at cleanup by
-// checkRaces, so a race in a child fails the test.
+// Unless env has its user's dirs (userEnv), the child is a user of its
+// own. When this test binary is built with -race, the child's race reports
+// (and those of the UI process it starts) go to files checked at cleanup
+// by checkRaces, so a race in a child fails the test.
 func startProc(t *testing.T, name string, env []string, stateDir string, argv []string) *trayProc {
 	t.Helper()
 	p := &trayProc{StateDir: stateDir, done: make(chan struct{})}
 	raceDir := t.TempDir()
 	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = append(append([]string{}, env...), "GORACE=halt_on_error=0 exitcode=0 log_path="+filepath.Join(raceDir, "race"))
+	p.cmd.Env = append([]string{}, env...)
+	if !hasUser(env) {
+		p.cmd.Env = append(p.cmd.Env, userEnv(t)...)
+	}
+	p.cmd.Env = append(p.cmd.Env, "GORACE=halt_on_error=0 exitcode=0 log_path="+filepath.Join(raceDir, "race"))
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -561,9 +586,16 @@ func screenshot(t *testing.T, d *desktop, win, name string) (string, image.Image
 // that mapped but drew nothing.
 func checkNotBlank(t *testing.T, img image.Image, what string) {
 	t.Helper()
+	if why := blankness(img); why != "" {
+		t.Fatalf("%s %s", what, why)
+	}
+}
+
+// blankness says why img is not a drawn window ("" when it is one).
+func blankness(img image.Image) string {
 	b := img.Bounds()
 	if b.Dx() < 200 || b.Dy() < 150 {
-		t.Fatalf("%s: window is %dx%d, too small to be the window", what, b.Dx(), b.Dy())
+		return fmt.Sprintf("is %dx%d, too small to be the window", b.Dx(), b.Dy())
 	}
 	counts := map[color.RGBA]int{}
 	for y := b.Min.Y; y < b.Max.Y; y += 2 {
@@ -578,8 +610,86 @@ func checkNotBlank(t *testing.T, img image.Image, what string) {
 		top = max(top, n)
 	}
 	if len(counts) < 20 || float64(top)/float64(total) > 0.99 {
-		t.Fatalf("%s looks blank: %d colours, the commonest covers %.1f%%", what, len(counts), 100*float64(top)/float64(total))
+		return fmt.Sprintf("looks blank: %d colours, the commonest covers %.1f%%", len(counts), 100*float64(top)/float64(total))
 	}
+	return ""
+}
+
+// sameImage reports whether two pictures are pixel for pixel the same.
+func sameImage(a, b image.Image) bool {
+	if a == nil || b == nil || a.Bounds() != b.Bounds() {
+		return false
+	}
+	r := a.Bounds()
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			if a.At(x, y) != b.At(x, y) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// settledShot screenshots the window until it is drawn (not blank) and two
+// pictures in a row are the same (the first frames and the layout have
+// settled), and returns the last one; it fails after 15 s. This is what a
+// person sees once the window stopped changing.
+func settledShot(t *testing.T, d *desktop, win, name, what string) (string, image.Image) {
+	t.Helper()
+	var prev image.Image
+	return pollShot(t, d, win, name, what+" drawn and settled", 15*time.Second, func(_ string, img image.Image) bool {
+		ok := blankness(img) == "" && sameImage(prev, img)
+		prev = img
+		return ok
+	})
+}
+
+// pollShot screenshots the window until ok accepts the picture, or fails
+// after timeout saying what it waited for.
+func pollShot(t *testing.T, d *desktop, win, name, what string, timeout time.Duration, ok func(path string, img image.Image) bool) (string, image.Image) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p, img := screenshot(t, d, win, name)
+		if ok(p, img) {
+			return p, img
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("screenshots of %s: no %s within %v (last saved as %s)", win, what, timeout, p)
+		}
+		time.Sleep(50 * time.Millisecond) // pacing between X round trips, not synchronisation
+	}
+}
+
+// windowWatch counts the visible windows matching a title, all the time,
+// until stopped: a test asserts the most ever seen at once.
+type windowWatch struct {
+	stop chan struct{}
+	done chan int
+}
+
+func watchWindows(d *desktop, title string) *windowWatch {
+	w := &windowWatch{stop: make(chan struct{}), done: make(chan int, 1)}
+	go func() {
+		most := 0
+		for {
+			most = max(most, len(visibleWindowsNamed(d, title)))
+			select {
+			case <-w.stop:
+				w.done <- most
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// most stops the watch and returns the most windows seen at once.
+func (w *windowWatch) most() int {
+	close(w.stop)
+	return <-w.done
 }
 
 // primaryButton finds the largest patch of the theme's primary colour in

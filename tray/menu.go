@@ -27,6 +27,7 @@ const (
 	actDevices
 	actApprovals
 	actManifest
+	actQuestions
 	actAutostart
 	actOpenLogs
 	actQuit
@@ -38,7 +39,7 @@ type iconState int
 const (
 	iconNormal    iconState = iota
 	iconPublished           // the A2A Agent Card is published
-	iconApproval            // an approval is waiting (wins over published)
+	iconApproval            // an approval or an agent's question is waiting (wins over published)
 )
 
 // maxMenuPeers bounds the Peers submenu; the rest are in the peers window.
@@ -57,7 +58,9 @@ type menuModel struct {
 	Peers      []peerEntry
 	MorePeers  int // online peers not listed
 	Approvals  int
-	Autostart  bool
+	// Questions counts delegated tasks waiting for the owner's answer.
+	Questions int
+	Autostart bool
 	// AutostartOK is false where start-at-login is unsupported.
 	AutostartOK bool
 	Icon        iconState
@@ -85,6 +88,7 @@ func buildMenu(s snapshot) menuModel {
 		A2A:         st.A2A.Enabled,
 		LAN:         st.LAN,
 		Approvals:   st.PendingApprovals,
+		Questions:   st.OutboundWaiting,
 		Autostart:   s.Autostart,
 		AutostartOK: s.AutostartOK,
 	}
@@ -113,6 +117,13 @@ func buildMenu(s snapshot) menuModel {
 	default:
 		parts = append(parts, fmt.Sprintf("%d approvals waiting", st.PendingApprovals))
 	}
+	switch st.OutboundWaiting {
+	case 0:
+	case 1:
+		parts = append(parts, "1 question from an agent")
+	default:
+		parts = append(parts, fmt.Sprintf("%d questions from agents", st.OutboundWaiting))
+	}
 	m.StatusLine = strings.Join(parts, " · ")
 	m.Tooltip = "meshtray — " + st.Name + "\n" + m.StatusLine
 
@@ -129,7 +140,7 @@ func buildMenu(s snapshot) menuModel {
 	}
 
 	switch {
-	case st.PendingApprovals > 0:
+	case st.PendingApprovals > 0, st.OutboundWaiting > 0:
 		m.Icon = iconApproval
 	case st.A2A.Enabled:
 		m.Icon = iconPublished
@@ -199,6 +210,8 @@ const (
 
 func approvalsLabel(n int) string { return fmt.Sprintf("Approvals (%d)…", n) }
 
+func questionsLabel(n int) string { return fmt.Sprintf("Questions from agents (%d)…", n) }
+
 // menuItem is one rendered entry: the renderer turns the list into systray
 // items. Kept apart from systray so the layout is unit-tested.
 type menuItem struct {
@@ -225,7 +238,7 @@ func (m menuModel) items() []menuItem {
 		peers = append(peers, menuItem{Label: fmt.Sprintf("and %d more", m.MorePeers), Disabled: true})
 	}
 	peers = append(peers, menuItem{Separator: true}, menuItem{Label: labelAllPeers, Act: action{kind: actOpenPeers}})
-	return []menuItem{
+	items := []menuItem{
 		{Label: m.Header, Tooltip: "Copy this device's ID (" + m.DeviceID + ")", Act: action{kind: actCopyID}},
 		{Label: m.StatusLine, Disabled: true},
 		{Separator: true},
@@ -236,10 +249,15 @@ func (m menuModel) items() []menuItem {
 		{Label: labelPair, Act: action{kind: actPair}},
 		{Label: labelDevices, Act: action{kind: actDevices}},
 		{Label: approvalsLabel(m.Approvals), Disabled: m.Approvals == 0, Act: action{kind: actApprovals}},
-		{Label: labelManifest, Act: action{kind: actManifest}},
-		{Separator: true},
-		{Label: labelAutostart, Check: true, Checked: m.Autostart, Disabled: !m.AutostartOK, Act: action{kind: actAutostart}},
-		{Label: labelLogs, Act: action{kind: actOpenLogs}},
-		{Label: labelQuit, Tooltip: "Stop meshtray (the node stops too)", Act: action{kind: actQuit}},
 	}
+	if m.Questions > 0 {
+		items = append(items, menuItem{Label: questionsLabel(m.Questions), Tooltip: "Agents this device delegated to wait for your answer", Act: action{kind: actQuestions}})
+	}
+	return append(items,
+		menuItem{Label: labelManifest, Act: action{kind: actManifest}},
+		menuItem{Separator: true},
+		menuItem{Label: labelAutostart, Check: true, Checked: m.Autostart, Disabled: !m.AutostartOK, Act: action{kind: actAutostart}},
+		menuItem{Label: labelLogs, Act: action{kind: actOpenLogs}},
+		menuItem{Label: labelQuit, Tooltip: "Stop meshtray (the node stops too)", Act: action{kind: actQuit}},
+	)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"fyne.io/systray"
@@ -30,18 +33,28 @@ const maxQueuedNotices = 8
 // then the node stops cleanly. With no display or no session bus it logs
 // why once and runs as the node alone.
 //
-// A second start on the same state dir fails with "the meshtray tray is
-// already running (pid N)".
+// One tray per user: a second start, on any state dir, fails with "the
+// meshtray tray is already running (pid N) on state dir D" (the lock is in
+// the user's runtime dir, see lock.go). A start on a state dir whose node
+// already runs headless (`meshtray serve`) says so, with its pid.
 func Run(ctx context.Context, n *app.Node) error {
 	log := n.Logger().With("pkg", "tray")
+	cfg := n.Config()
+	ulock, err := acquireTrayLock(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer ulock.release()
 	if err := n.Start(ctx); err != nil {
 		var ar *app.ErrAlreadyRunning
 		if errors.As(err, &ar) {
+			// This user's tray lock is ours, so the node holding the state
+			// dir is not a tray of this session: a headless one.
 			pid := ""
 			if ar.PID > 0 {
-				pid = " (pid " + strconv.Itoa(ar.PID) + ")"
+				pid = ", pid " + strconv.Itoa(ar.PID)
 			}
-			return fmt.Errorf("the meshtray tray is already running%s on state dir %s: its icon is in the system tray, and `meshtray status` talks to it", pid, ar.StateDir)
+			return fmt.Errorf("the node of state dir %s is already running (headless%s): `meshtray status --state-dir %s` talks to it; stop it first to run it with a tray icon", ar.StateDir, pid, ar.StateDir)
 		}
 		return err
 	}
@@ -50,10 +63,13 @@ func Run(ctx context.Context, n *app.Node) error {
 		<-ctx.Done()
 		return n.Close()
 	}
-	if p := trayHostProblem(); p != "" {
-		log.Warn(p)
+	hostProblem := trayHostProblem()
+	if hostProblem != "" {
+		log.Warn(hostProblem)
 	}
-	cfg := n.Config()
+	// fyne.io/systray reports through the standard logger; its lines go
+	// into the tray's structured log instead of raw onto stderr.
+	defer routeStdLog(log.With("from", "systray"), hostProblem != "")()
 	c := n.LocalClient()
 	if c == nil {
 		n.Close()
@@ -130,6 +146,38 @@ func Run(ctx context.Context, n *app.Node) error {
 	launcher.close()
 	log.Info("tray stopped")
 	return n.Close()
+}
+
+// routeStdLog sends the standard logger's lines (fyne.io/systray writes
+// "systray error: ..." there) to log as records, and returns the function
+// restoring the standard logger. A failed registration while no tray host
+// is on the bus is expected (Run already said so once): it is logged at
+// debug level; everything else at warn.
+func routeStdLog(log *slog.Logger, noHost bool) (restore func()) {
+	w, flags, prefix := stdlog.Writer(), stdlog.Flags(), stdlog.Prefix()
+	stdlog.SetOutput(stdLogBridge{log: log, noHost: noHost})
+	stdlog.SetFlags(0)
+	stdlog.SetPrefix("")
+	return func() {
+		stdlog.SetOutput(w)
+		stdlog.SetFlags(flags)
+		stdlog.SetPrefix(prefix)
+	}
+}
+
+type stdLogBridge struct {
+	log    *slog.Logger
+	noHost bool
+}
+
+func (b stdLogBridge) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if b.noHost && strings.HasPrefix(msg, "systray error: failed to register") {
+		level = slog.LevelDebug
+	}
+	b.log.Log(context.Background(), level, strings.TrimPrefix(msg, "systray error: "))
+	return len(p), nil
 }
 
 // autostartEntry is "Start at login": this program with the flags that

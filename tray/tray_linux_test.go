@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -169,23 +170,73 @@ func TestTrayWithoutDisplayRunsNode(t *testing.T) {
 	}
 }
 
-// TestSecondTraySaysRunning: one tray per state dir; the second start says
-// the tray is running, with its pid.
-func TestSecondTraySaysRunning(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	p := startTrayCmd(t, (*desktop)(nil).env(), dir, nil)
-	p.client(t)
-	cmd := exec.Command(os.Args[0], "--state-dir", dir, "--port", "0", "--keychain", "file")
-	cmd.Env = (*desktop)(nil).env()
+// runSecond runs `meshtray` (the tray) to its end with env and returns its
+// output; it must fail with ExitError.
+func runSecond(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append(args, "--port", "0", "--keychain", "file")...)
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != app.ExitError {
 		t.Fatalf("second start: %v, want exit %d\n%s", err, app.ExitError, out)
 	}
+	return string(out)
+}
+
+// TestSecondTraySaysRunning: one tray per state dir; the second start says
+// the tray is running, with its pid.
+func TestSecondTraySaysRunning(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	env := append((*desktop)(nil).env(), userEnv(t)...)
+	p := startTrayCmd(t, env, dir, nil)
+	p.client(t)
+	out := runSecond(t, env, "--state-dir", dir)
 	want := "the meshtray tray is already running (pid " + strconv.Itoa(p.cmd.Process.Pid) + ")"
-	if !strings.Contains(string(out), want) {
+	if !strings.Contains(out, want) {
 		t.Fatalf("second start says:\n%s\nwant it to contain %q", out, want)
+	}
+}
+
+// TestOneTrayPerUser: "one instance per user" (issue 6 §1): a second tray
+// of the same user is refused on any state dir, naming the running one;
+// another user's tray runs side by side.
+func TestOneTrayPerUser(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	env := append((*desktop)(nil).env(), userEnv(t)...)
+	p := startTrayCmd(t, env, dir, nil)
+	p.client(t)
+	other := t.TempDir()
+	out := runSecond(t, env, "--state-dir", other)
+	want := "the meshtray tray is already running (pid " + strconv.Itoa(p.cmd.Process.Pid) + ") on state dir " + dir
+	if !strings.Contains(out, want) {
+		t.Fatalf("a second tray on another state dir says:\n%s\nwant it to contain %q", out, want)
+	}
+	if _, err := os.Stat(filepath.Join(other, "daemon.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused tray started a node on %s: %v", other, err)
+	}
+	// Another user (its own runtime dir) runs its tray meanwhile.
+	q := startTrayCmd(t, (*desktop)(nil).env(), other, nil)
+	q.client(t)
+}
+
+// TestTrayOnHeadlessNode: the tray on a state dir whose node runs as
+// `meshtray serve` says that node runs headless, with its pid (not that
+// an icon is in the tray).
+func TestTrayOnHeadlessNode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	startServe(t, nil, dir, "headless")
+	info, err := app.ReadDaemonInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runSecond(t, append((*desktop)(nil).env(), userEnv(t)...), "--state-dir", dir)
+	want := fmt.Sprintf("the node of state dir %s is already running (headless, pid %d)", dir, info.PID)
+	if !strings.Contains(out, want) || strings.Contains(out, "system tray") {
+		t.Fatalf("tray on a served state dir says:\n%s\nwant it to contain %q", out, want)
 	}
 }
 
@@ -197,9 +248,7 @@ func TestQuitClosesWindows(t *testing.T) {
 	it := d.Watcher.waitItem(t, 20*time.Second)
 	d.Watcher.clickLabel(t, it, labelDevices)
 	win, _ := waitWindow(t, d, "Devices", 30*time.Second)
-	time.Sleep(300 * time.Millisecond)
-	_, img := screenshot(t, d, win, "devices")
-	checkNotBlank(t, img, "the devices window")
+	settledShot(t, d, win, "devices", "the devices window")
 	d.Watcher.clickLabel(t, it, labelQuit)
 	exited, err := p.exited(20 * time.Second)
 	if !exited || err != nil {
@@ -207,6 +256,29 @@ func TestQuitClosesWindows(t *testing.T) {
 	}
 	// The tray waited for the UI process before exiting: no window left.
 	waitNoWindow(t, d, "Devices", 2*time.Second)
+}
+
+// waitLog waits until the process's output contains s.
+func waitLog(t *testing.T, p *trayProc, s string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.Logs(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the logs within %v:\n%s", s, d, p.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertStructured fails for every output line that is not a record of
+// the node's structured (slog text) log.
+func assertStructured(t *testing.T, logs string) {
+	t.Helper()
+	for _, l := range strings.Split(logs, "\n") {
+		if l != "" && !strings.HasPrefix(l, "time=") {
+			t.Errorf("unstructured output line: %q", l)
+		}
+	}
 }
 
 // TestLateTrayHost: no StatusNotifierWatcher at start (a panel that starts
@@ -226,6 +298,10 @@ func TestLateTrayHost(t *testing.T) {
 	if n := strings.Count(p.Logs(), "no tray host on the session bus"); n != 1 {
 		t.Errorf("the no-tray-host notice appears %d times, want once", n)
 	}
+	// systray's own complaint (it failed to register) is a debug record of
+	// the structured log, not a raw line next to the warning.
+	waitLog(t, p, "failed to register", 10*time.Second)
+	assertStructured(t, p.Logs())
 	d.Watcher = startWatcher(t, d.Bus)
 	it := d.Watcher.waitItem(t, 20*time.Second)
 	d.Watcher.waitMenu(t, it, 15*time.Second, "the menu of a late registration", func(m menuNode) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -32,13 +33,14 @@ const (
 	titleDevices   = "meshtray — Devices"
 	titlePeers     = "meshtray — Peers"
 	titleManifest  = "meshtray — Node manifest"
+	titleQuestions = "meshtray — Questions from agents"
 )
 
 // UI is `meshtray ui [WINDOW [ARG]]`: the Fyne window process. It opens the
 // windows named on the command line and those queued by the tray
 // (POST /ui/take), follows the node's change notices, and returns when its
 // last window closes, ctx ends, or the node goes away. WINDOW is one of
-// approvals, pair, devices, peers, peer DEVICE-ID, manifest.
+// approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions.
 func UI(ctx context.Context, c *app.Client, args []string) error {
 	reqs, err := parseUIArgs(args)
 	if err != nil {
@@ -68,7 +70,7 @@ func parseUIArgs(args []string) ([]app.UIRequest, error) {
 	}
 	r := app.UIRequest{Window: app.UIWindow(args[0])}
 	if !r.Window.Valid() {
-		return nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID or manifest", args[0])
+		return nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID, manifest or questions", args[0])
 	}
 	if r.Window == app.UIPeer {
 		if len(args) != 2 {
@@ -264,6 +266,8 @@ func (u *uiProc) open(r app.UIRequest) {
 		uw = u.peerWindow(r.Arg)
 	case app.UIManifest:
 		uw = u.manifestWindow()
+	case app.UIQuestions:
+		uw = u.questionsWindow()
 	default:
 		return
 	}
@@ -325,6 +329,7 @@ func (u *uiProc) approvalsWindow() *uiWin {
 					return
 				}
 				v.set(as)
+				uw.w.SetTitle(approvalsTitle(len(as)))
 			}
 		})
 	}
@@ -335,6 +340,15 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	}
 	refresh()
 	return uw
+}
+
+// approvalsTitle is the popup's window title: the queue's length shows in
+// the task bar (and tests read it) when more than one waits.
+func approvalsTitle(n int) string {
+	if n > 1 {
+		return fmt.Sprintf("%s (%d waiting)", titleApprovals, n)
+	}
+	return titleApprovals
 }
 
 // popupApprovals leaves out the pairing claim the pairing window shows
@@ -358,6 +372,9 @@ func (u *uiProc) pairWindow() *uiWin {
 	newCode := func() {
 		v.loading()
 		decided = ""
+		if uw.w != nil {
+			uw.w.SetTitle(titlePair)
+		}
 		u.bg(func(ctx context.Context) func() {
 			var ps app.PairingSession
 			err := u.call(ctx, http.MethodPost, "/pair/sessions", nil, &ps)
@@ -384,6 +401,7 @@ func (u *uiProc) pairWindow() *uiWin {
 						if decided == a.ID {
 							decided = ""
 							v.paired(a, g.Scopes)
+							uw.w.SetTitle("meshtray — Paired with " + a.Peer)
 						}
 					}
 				}
@@ -655,6 +673,43 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 	v.set(mesh.Peer{ID: id, Name: shortID(id)}, nil, "")
 	refresh(true)
 	refreshTasks()
+	return uw
+}
+
+// --- questions of delegated tasks ---
+
+func (u *uiProc) questionsWindow() *uiWin {
+	uw := &uiWin{}
+	var v *questionsView
+	refresh := func() {
+		u.bg(func(ctx context.Context) func() {
+			var ts []outboundView
+			if err := u.call(ctx, http.MethodGet, "/a2a/outbound", nil, &ts); err != nil {
+				u.log.Warn("cannot read the delegated tasks", "err", err)
+				return nil
+			}
+			ts = slices.DeleteFunc(ts, func(t outboundView) bool { return !app.WaitsForOwner(t.State) })
+			return func() { v.set(ts) }
+		})
+	}
+	v = newQuestionsView(func(t outboundView, text string) {
+		u.bg(func(ctx context.Context) func() {
+			req := map[string]any{"text": text, "detach": true}
+			err := u.call(ctx, http.MethodPost, "/a2a/outbound/"+url.PathEscape(t.ID)+"/answer", req, nil)
+			return func() {
+				v.answered(t.ID, err)
+				refresh()
+			}
+		})
+	})
+	uw.w = u.newWindow(titleQuestions, v.root)
+	uw.w.Resize(fyne.NewSize(560, 480))
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, app.EventTasks) {
+			refresh()
+		}
+	}
+	refresh()
 	return uw
 }
 

@@ -196,6 +196,7 @@ type peerView struct {
 type outboundView struct {
 	ID        string `json:"id"`
 	Agent     string `json:"agent"`
+	AgentName string `json:"agent_name"`
 	Request   string `json:"request"`
 	State     string `json:"state"`
 	Message   string `json:"message"`

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"image"
 	"net/http"
 	"os"
 	"os/exec"
@@ -81,10 +82,7 @@ func TestPopupApprovesDelegation(t *testing.T) {
 	if n := notes.wait(t, 1, 10*time.Second)[0]; n.App != "meshtray" || n.Summary != "Delegation from Alice's phone" || !strings.Contains(n.Body, "Open meshtray to approve") || n.Icon == "" {
 		t.Errorf("notification %+v", n)
 	}
-	// Let the first frames settle before the picture.
-	time.Sleep(300 * time.Millisecond)
-	_, img := screenshot(t, d, win, "popup-delegation")
-	checkNotBlank(t, img, "the approval popup")
+	_, img := settledShot(t, d, win, "popup-delegation", "the approval popup")
 	x, y := primaryButton(t, img, "the approval popup")
 	clickAt(t, d, win, x, y)
 
@@ -120,6 +118,9 @@ func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
 	token := strings.TrimSpace(cli(t, d.env(), nil, dir, "grant", "create", "--name", "agent-x", "--scope", "agent"))
 	client := apptest.A2AClient(t, c.BaseURL(), token)
 	const n = 3
+	// Every window titled "Approval needed" is counted from before the
+	// first delegation until the popup closes: never more than one.
+	watch := watchWindows(d, "Approval needed")
 	done := make(chan error, n)
 	for range n {
 		go func() {
@@ -127,28 +128,28 @@ func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
 			done <- err
 		}()
 	}
-	win, _ := waitWindow(t, d, "Approval needed", 30*time.Second)
+	// The one popup shows the whole queue: its title counts it.
+	win, _ := waitWindow(t, d, fmt.Sprintf(`Approval needed \(%d waiting\)`, n), 30*time.Second)
 	var as []app.Approval
-	deadline := time.Now().Add(15 * time.Second)
-	for len(as) < n {
-		if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || time.Now().After(deadline) {
-			t.Fatalf("approvals: %v %+v", err, as)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != n {
+		t.Fatalf("approvals: %v %+v", err, as)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if ws := visibleWindowsNamed(d, "Approval needed"); len(ws) != 1 {
-		t.Fatalf("%d approval windows for %d delegations, want one", len(ws), n)
-	}
-	_, img := screenshot(t, d, win, "popup-queue")
-	checkNotBlank(t, img, "the queued popup")
+	settledShot(t, d, win, "popup-queue", "the queued popup")
 	for i, a := range as {
 		cli(t, d.env(), nil, dir, "deny", a.ID)
-		if i < n-1 && len(visibleWindowsNamed(d, "Approval needed")) != 1 {
-			t.Fatalf("the popup closed with %d approvals left", n-1-i)
+		// The denied entry leaves the popup; the popup stays while any is
+		// left (its title says how many).
+		switch left := n - 1 - i; {
+		case left > 1:
+			waitWindow(t, d, fmt.Sprintf(`Approval needed \(%d waiting\)`, left), 10*time.Second)
+		case left == 1:
+			waitWindow(t, d, `Approval needed$`, 10*time.Second)
 		}
 	}
 	waitNoWindow(t, d, "Approval needed", 10*time.Second)
+	if most := watch.most(); most != 1 {
+		t.Fatalf("%d approval windows at once for %d delegations, want one", most, n)
+	}
 	for range n {
 		select {
 		case <-done:
@@ -205,14 +206,14 @@ func TestPairingWindow(t *testing.T) {
 
 	d.Watcher.clickLabel(t, it, labelPair)
 	win, _ := waitWindow(t, d, "Pair a device", 30*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	shot, img := screenshot(t, d, win, "pair-1-code")
-	checkNotBlank(t, img, "the pairing window")
-	out, err := exec.Command("zbarimg", "--raw", "-q", shot).Output()
-	if err != nil {
-		t.Fatalf("no QR code readable in the pairing window: %v", err)
-	}
-	url := strings.TrimSpace(string(out))
+	// The code arrives a moment after the window: read the QR code as a
+	// phone's camera would, once it is drawn.
+	var url string
+	pollShot(t, d, win, "pair-1-code", "QR code readable in the pairing window", 15*time.Second, func(shot string, img image.Image) bool {
+		out, err := exec.Command("zbarimg", "--raw", "-q", shot).Output()
+		url = strings.TrimSpace(string(out))
+		return err == nil && url != "" && blankness(img) == ""
+	})
 	if !strings.HasPrefix(url, "https://10.213.0.") || !strings.Contains(url, "/pair#c=") || !strings.Contains(url, "&fp=") {
 		t.Fatalf("QR code holds %q, want the LAN pairing URL", url)
 	}
@@ -252,19 +253,11 @@ func TestPairingWindow(t *testing.T) {
 	if len(as) != 1 || as[0].Kind != app.KindPairing || as[0].Peer != "node-b" {
 		t.Fatalf("approvals: %+v", as)
 	}
-	for {
-		time.Sleep(200 * time.Millisecond)
-		shot, _ := screenshot(t, d, win, "pair-2-claim")
-		if qr, _ := exec.Command("zbarimg", "--raw", "-q", shot).Output(); len(qr) == 0 {
-			break // the QR code gave way to the claim
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pairing window did not show the claim")
-		}
-	}
-	time.Sleep(300 * time.Millisecond)
-	_, img = screenshot(t, d, win, "pair-2-claim")
-	checkNotBlank(t, img, "the claim")
+	pollShot(t, d, win, "pair-2-claim", "claim in place of the QR code", time.Until(deadline), func(shot string, _ image.Image) bool {
+		qr, _ := exec.Command("zbarimg", "--raw", "-q", shot).Output()
+		return len(qr) == 0
+	})
+	_, img := settledShot(t, d, win, "pair-2-claim", "the claim")
 	x, y := primaryButton(t, img, "the claim's Approve")
 	clickAt(t, d, win, x, y)
 
@@ -283,10 +276,11 @@ func TestPairingWindow(t *testing.T) {
 	if len(devs.Issued) != 1 || devs.Issued[0].Name != "node-b" {
 		t.Fatalf("issued grants after pairing: %+v", devs.Issued)
 	}
-	// "Paired with <name>": the window changes once more.
-	time.Sleep(700 * time.Millisecond)
-	_, img = screenshot(t, d, win, "pair-3-paired")
-	checkNotBlank(t, img, "the paired message")
+	// "Paired with <name>": the window says so, in its title too.
+	if w, _ := waitWindow(t, d, "Paired with node-b", 15*time.Second); w != win {
+		t.Fatalf("window %s says paired, want the pairing window %s", w, win)
+	}
+	settledShot(t, d, win, "pair-3-paired", "the paired message")
 	if len(visibleWindowsNamed(d, "Approval needed")) != 0 {
 		t.Error("a separate approval popup opened for the pairing the pairing window showed")
 	}
