@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,8 +13,29 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/netutil"
 
 	"meshtray/pairing"
+)
+
+// Listener bounds.
+const (
+	// maxRemoteConns caps the connections open at once on each remote
+	// (tailnet, LAN) listener: a stranger on the network can make us hold
+	// only so many (netutil.LimitListener; further ones wait in the
+	// kernel's backlog).
+	maxRemoteConns = 256
+	// sniffTimeout bounds how long a new loopback connection may take to
+	// send its first byte (which says TLS or plain HTTP).
+	sniffTimeout = 10 * time.Second
+	// maxSniffing caps the loopback connections waiting for that byte.
+	maxSniffing = 1024
+	// tlsHandshakeByte is the first byte of a TLS connection: the record
+	// type of a handshake (RFC 8446 §5.1, content type 22).
+	tlsHandshakeByte = 0x16
 )
 
 // taggedListener marks every connection it accepts with the listener kind,
@@ -49,9 +71,10 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// listenerSet runs the node's listeners on one http.Server: plain HTTP on
-// loopback, HTTPS with the identity certificate on each remote address, and
-// reconciles the remote ones when the wanted addresses change.
+// listenerSet runs the node's listeners on one http.Server: loopback (TLS
+// with the identity certificate for peers, plain HTTP for the local owner,
+// on the same port), HTTPS on each remote address, and reconciles the
+// remote ones when the wanted addresses change.
 type listenerSet struct {
 	srv  *http.Server
 	port int
@@ -80,15 +103,32 @@ func (s *listenerSet) serve(ln net.Listener) {
 	}()
 }
 
-// listenLoopback binds the plain-HTTP loopback listener, 127.0.0.1:port
-// (port 0: any free port, for tests). Serve it with serveLoopback.
+// listenLoopback binds the loopback listener, 127.0.0.1:port (port 0: any
+// free port, for tests). Serve it with serveLoopback. A port in use gives
+// an error that says so once, with what to do.
 func listenLoopback(port int) (net.Listener, error) {
-	return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("cannot listen on %s: the port is in use (another program, or a meshtray with another --state-dir?); choose another port with --port", addr)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		err = op.Err // net.OpError repeats the address
+	}
+	return nil, fmt.Errorf("cannot listen on %s: %w", addr, err)
 }
 
-// serveLoopback serves the loopback listener from listenLoopback.
+// serveLoopback serves the loopback listener from listenLoopback: a
+// connection whose first byte opens a TLS handshake is served over TLS
+// with the identity certificate (a second meshtray on this machine pins it
+// like any peer), any other as plain HTTP (the local owner's CLI, UI and
+// browser). Both are tagged loopback.
 func (s *listenerSet) serveLoopback(ln net.Listener) {
-	s.serve(&taggedListener{Listener: ln, kind: pairing.ListenerLoopback})
+	s.serve(newSniffListener(ln, s.tls, pairing.ListenerLoopback, sniffTimeout, s.log))
 }
 
 // Reconcile makes the remote HTTPS listeners match want (address → kind):
@@ -121,7 +161,7 @@ func (s *listenerSet) Reconcile(want map[netip.Addr]pairing.Listener) {
 			s.remote = make(map[netip.Addr]*remoteListener)
 		}
 		s.remote[addr] = &remoteListener{kind: kind, ln: ln}
-		s.serve(tls.NewListener(&taggedListener{Listener: ln, kind: kind}, s.tls))
+		s.serve(tls.NewListener(&taggedListener{Listener: netutil.LimitListener(ln, maxRemoteConns), kind: kind}, s.tls))
 		s.log.Info("listening", "kind", kind, "addr", "https://"+ap.String())
 	}
 }
@@ -151,4 +191,149 @@ func (s *listenerSet) Shutdown(ctx context.Context) error {
 	}
 	s.wg.Wait()
 	return err
+}
+
+// sniffListener accepts on a raw listener and hands out each connection
+// once its first byte arrived (within timeout): as a *tls.Conn server side
+// with cfg when that byte opens a TLS handshake, else as the plain
+// connection, the byte put back; both tagged kind. The byte is read on a
+// goroutine per new connection, so a silent client never blocks Accept.
+// Close stops accepting, closes the connections still being read, and
+// waits for every goroutine.
+type sniffListener struct {
+	raw     net.Listener
+	cfg     *tls.Config
+	kind    pairing.Listener
+	timeout time.Duration
+	log     *slog.Logger
+
+	out    chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sniffing map[net.Conn]struct{} // guarded by mu; waiting for their first byte
+	done     bool                  // guarded by mu
+}
+
+func newSniffListener(raw net.Listener, cfg *tls.Config, kind pairing.Listener, timeout time.Duration, log *slog.Logger) *sniffListener {
+	l := &sniffListener{
+		raw: raw, cfg: cfg, kind: kind, timeout: timeout, log: log,
+		out:      make(chan net.Conn),
+		closed:   make(chan struct{}),
+		sniffing: make(map[net.Conn]struct{}),
+	}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l
+}
+
+func (l *sniffListener) acceptLoop() {
+	defer l.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := l.raw.Accept()
+		if err != nil {
+			select {
+			case <-l.closed:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off as
+			// net/http's Serve does, then try again.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			l.log.Warn("loopback accept failed; retrying", "err", err, "in", delay)
+			select {
+			case <-l.closed:
+				return
+			case <-time.After(delay):
+			}
+			continue
+		}
+		delay = 0
+		l.mu.Lock()
+		if l.done || len(l.sniffing) >= maxSniffing {
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.sniffing[c] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go l.sniff(c)
+	}
+}
+
+// sniff reads c's first byte and hands c to Accept.
+func (l *sniffListener) sniff(c net.Conn) {
+	defer l.wg.Done()
+	var b [1]byte
+	_ = c.SetReadDeadline(time.Now().Add(l.timeout))
+	_, err := c.Read(b[:])
+	l.mu.Lock()
+	delete(l.sniffing, c)
+	l.mu.Unlock()
+	if err != nil || c.SetReadDeadline(time.Time{}) != nil {
+		c.Close()
+		return
+	}
+	var conn net.Conn = &taggedConn{Conn: &peekedConn{Conn: c, first: b[0], has: true}, kind: l.kind}
+	if b[0] == tlsHandshakeByte {
+		conn = tls.Server(conn, l.cfg)
+	}
+	select {
+	case l.out <- conn:
+	case <-l.closed:
+		conn.Close()
+	}
+}
+
+// Accept returns the next sniffed connection, or net.ErrClosed after Close.
+func (l *sniffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.out:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops the listener and waits for its goroutines.
+func (l *sniffListener) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.done = true
+		for c := range l.sniffing {
+			c.Close()
+		}
+		l.mu.Unlock()
+		close(l.closed)
+		err = l.raw.Close()
+		l.wg.Wait()
+	})
+	return err
+}
+
+// Addr is the raw listener's address.
+func (l *sniffListener) Addr() net.Addr { return l.raw.Addr() }
+
+// peekedConn gives back the byte sniffListener read before the rest.
+type peekedConn struct {
+	net.Conn
+	first byte
+	has   bool // first not read yet; only the connection's reader touches it
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) {
+	if c.has && len(p) > 0 {
+		p[0] = c.first
+		c.has = false
+		return 1, nil
+	}
+	return c.Conn.Read(p)
 }

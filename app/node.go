@@ -56,7 +56,8 @@ type Node struct {
 	listeners    *listenerSet
 	osEnv        string
 	controlToken string
-	loopback     string // base URL of the loopback listener
+	loopback     string // base URL of the loopback listener for the local owner (http)
+	loopbackTLS  string // the same listener for peers on this machine (https, pinned)
 
 	// work tracks requests in flight per grant, so pausing or revoking a
 	// grant ends them (endGrantWork).
@@ -144,7 +145,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// and should not leave a half-started node behind.
 	lbLn, err := listenLoopback(cfg.Port)
 	if err != nil {
-		return fmt.Errorf("listen on 127.0.0.1:%d: %w (is another program using the port? choose one with --port)", cfg.Port, err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -154,6 +155,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	cfg.Port = lbLn.Addr().(*net.TCPAddr).Port
 	n.cfg.Port = cfg.Port
 	n.loopback = "http://" + lbLn.Addr().String()
+	n.loopbackTLS = "https://" + lbLn.Addr().String()
 	if n.settings, err = openSettings(cfg.StateDir); err != nil {
 		return err
 	}
@@ -258,9 +260,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		ConnContext:       connContext,
 		BaseContext:       func(net.Listener) context.Context { return n.ctx },
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    32 << 10,
-		ErrorLog:          slog.NewLogLogger(n.log.With("pkg", "http").Handler(), slog.LevelDebug),
+		// ReadTimeout bounds reading a whole request, body included (a
+		// claim posted a byte a minute). net/http clears the read deadline
+		// once the body is read, so long answers (SSE, long polls) are not
+		// cut; WriteTimeout stays 0 for them.
+		ReadTimeout:    30 * time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 32 << 10,
+		ErrorLog:       slog.NewLogLogger(n.log.With("pkg", "http").Handler(), slog.LevelDebug),
 	}
 	n.listeners = &listenerSet{srv: srv, port: cfg.Port, tls: n.identity.ServerTLSConfig(), log: n.log.With("pkg", "http")}
 	n.listeners.serveLoopback(lbLn)

@@ -19,7 +19,7 @@ type PairingSession struct {
 	// is not reachable from the network (then see Hint).
 	URL string `json:"url"`
 	// URLs are every pairing URL, the loopback one included (for a second
-	// node on this machine).
+	// node on this machine: https://127.0.0.1:PORT, pinned like any peer).
 	URLs        []string  `json:"urls"`
 	Code        string    `json:"code"`
 	Fingerprint string    `json:"fingerprint"`
@@ -75,7 +75,7 @@ func (n *Node) StartPairing() (PairingSession, error) {
 			}
 		}
 	}
-	ps.URLs = append(ps.URLs, s.URL(n.loopback))
+	ps.URLs = append(ps.URLs, s.URL(n.loopbackTLS))
 	if ps.URL == "" {
 		ps.Hint = "this device is not reachable from other devices yet: turn on \"Reachable on local network\" (meshtray lan on) or Tailscale; the loopback URL works for a second meshtray on this machine only"
 	}
@@ -84,7 +84,7 @@ func (n *Node) StartPairing() (PairingSession, error) {
 }
 
 // selfURLFor is this device's base URL as seen from the network peer is on:
-// loopback for a loopback peer, else the listener of the same kind.
+// loopback (over TLS) for a loopback peer, else the listener of the same kind.
 func (n *Node) selfURLFor(peer string) string {
 	u, err := url.Parse(peer)
 	if err != nil {
@@ -92,7 +92,7 @@ func (n *Node) selfURLFor(peer string) string {
 	}
 	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
 		if a.IsLoopback() {
-			return n.loopback
+			return n.loopbackTLS
 		}
 		if a.Is4() && a.As4()[0] == 100 {
 			for _, l := range n.listeners.Remote() {
