@@ -77,7 +77,7 @@ func (s *Server) CardHandler() http.Handler {
 			scheme = "https"
 		}
 		card := s.card(scheme + "://" + r.Host)
-		data, err := json.Marshal(card)
+		data, err := marshalJSON(card)
 		if err != nil {
 			s.log.Error("marshal agent card", "err", err)
 			http.Error(w, "internal error", http.StatusInternalServerError)
@@ -180,7 +180,7 @@ func skillsFrom(m nodes.Manifest) []a2a.AgentSkill {
 		if c.Effects != "" {
 			tags = append(tags, string(c.Effects))
 		}
-		example, _ := json.Marshal(map[string]any{"capability": c.Name, "params": exampleParams(c.Params)})
+		example, _ := marshalJSON(map[string]any{"capability": c.Name, "params": exampleParams(c.Params)})
 		desc := c.Description
 		if desc == "" {
 			desc = c.Name

@@ -121,12 +121,13 @@ func rpcErrorFrom(err error) *rpcError {
 }
 
 // request is one decoded JSON-RPC 2.0 request object (§4). ID is the raw
-// JSON of the id member: a string, a number, or null (absent ids are
-// answered as null; notifications are not part of the A2A binding).
+// JSON of the id member: a string, a number, or null. Notification is set
+// for a request object without an id member (§4.1), which gets no reply.
 type request struct {
-	ID     json.RawMessage
-	Method string
-	Params json.RawMessage
+	ID           json.RawMessage
+	Method       string
+	Params       json.RawMessage
+	Notification bool
 }
 
 var nullID = json.RawMessage("null")
@@ -142,7 +143,12 @@ var nullID = json.RawMessage("null")
 //   - "method" missing, empty or not a string    -> -32600
 //   - "params" present but not an object         -> -32602
 //
-// The method name itself is checked by the dispatcher (-32601).
+// The method name itself is checked by the dispatcher (-32601). A request
+// object that passes the envelope checks (jsonrpc, method) but has no
+// "id" member is a notification (§4.1): req.Notification is set, also
+// with a -32602 error for its params, and the caller sends no reply. An
+// envelope too broken to be a request is answered with id null (§5) even
+// without an id.
 func decodeRequest(body []byte) (*request, json.RawMessage, *rpcError) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
@@ -183,13 +189,14 @@ func decodeRequest(body []byte) (*request, json.RawMessage, *rpcError) {
 	if len(env.Method) == 0 || env.Method[0] != '"' || json.Unmarshal(env.Method, &method) != nil || method == "" {
 		return nil, id, newRPCError(CodeInvalidRequest, `invalid request: "method" must be a non-empty string`)
 	}
+	note := len(env.ID) == 0
 	if len(env.Params) > 0 && env.Params[0] != '{' && string(env.Params) != "null" {
-		return &request{ID: id, Method: method}, id, newRPCError(CodeInvalidParams, "invalid params: params must be an object")
+		return &request{ID: id, Method: method, Notification: note}, id, newRPCError(CodeInvalidParams, "invalid params: params must be an object")
 	}
 	if string(env.Params) == "null" {
 		env.Params = nil
 	}
-	return &request{ID: id, Method: method, Params: env.Params}, id, nil
+	return &request{ID: id, Method: method, Params: env.Params, Notification: note}, id, nil
 }
 
 // decodeParams unmarshals params into v; a missing params object decodes
@@ -213,10 +220,10 @@ func appendResponse(dst []byte, id json.RawMessage, result []byte, e *rpcError) 
 		dst = append(dst, `,"error":{"code":`...)
 		dst = strconv.AppendInt(dst, int64(e.Code), 10)
 		dst = append(dst, `,"message":`...)
-		msg, _ := json.Marshal(e.Message)
+		msg, _ := marshalJSON(e.Message)
 		dst = append(dst, msg...)
 		if len(e.Data) > 0 {
-			if data, err := json.Marshal(e.Data); err == nil {
+			if data, err := marshalJSON(e.Data); err == nil {
 				dst = append(dst, `,"data":`...)
 				dst = append(dst, data...)
 			}

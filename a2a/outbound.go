@@ -116,7 +116,7 @@ func requestLine(in MessageInput) string {
 		return truncate(line, 200)
 	}
 	if in.Data != nil {
-		b, _ := json.Marshal(in.Data)
+		b, _ := marshalJSON(in.Data)
 		return truncate(string(b), 200)
 	}
 	if in.File != nil {
@@ -524,7 +524,7 @@ func dataText(ps a2a.ContentParts) string {
 	var b strings.Builder
 	for _, p := range ps {
 		if d, ok := p.(a2a.DataPart); ok {
-			j, _ := json.Marshal(d.Data)
+			j, _ := marshalJSON(d.Data)
 			b.Write(j)
 		}
 	}

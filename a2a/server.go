@@ -510,6 +510,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, id, rerr := decodeRequest(body)
+	if req != nil && req.Notification {
+		// JSON-RPC 2.0 §4.1: the server must not reply to a notification,
+		// and nothing is done for one: every A2A method's only use is its
+		// result (message/send's task id is the only handle on the task,
+		// and would start work, and an owner approval, nobody can follow;
+		// tasks/cancel answers with the task's state). HTTP needs a
+		// response, so: 204 with no body, and no JSON-RPC error (-32600
+		// would be a reply).
+		s.log.Debug("JSON-RPC notification ignored", "method", truncate(req.Method, 64))
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if rerr != nil {
 		writeJSON(w, id, nil, rerr)
 		return
@@ -936,7 +948,7 @@ func (s *Server) onSend(w http.ResponseWriter, ctx context.Context, p *pairing.P
 }
 
 func (s *Server) writeResult(w http.ResponseWriter, id json.RawMessage, v any) {
-	data, err := json.Marshal(v)
+	data, err := marshalJSON(v)
 	if err != nil {
 		s.log.Error("marshal result", "err", err)
 		writeJSON(w, id, nil, rpcErrorFrom(err))
@@ -1091,7 +1103,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessa
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 
-	data, err := json.Marshal(snap)
+	data, err := marshalJSON(snap)
 	if err != nil {
 		s.log.Error("marshal task", "err", err)
 		return

@@ -13,8 +13,10 @@ import (
 
 // marshalJSON is json.Marshal without HTML escaping: what goes on the wire,
 // into a summary or to a terminal keeps "<", ">" and "&" as they are
-// instead of \u003c... (encoding/json escapes them by default for HTML
-// pages; none of these are HTML).
+// instead of \u003c, \u003e, \u0026 (encoding/json escapes them by
+// default, for JSON embedded in HTML; none of ours is). a2a-go's wire types
+// marshal themselves with json.Marshal, so their escapes are undone too
+// (unescapeHTML).
 func marshalJSON(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -22,7 +24,43 @@ func marshalJSON(v any) ([]byte, error) {
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return unescapeHTML(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// unescapeHTML rewrites the escapes \u003c, \u003e and \u0026 of valid
+// JSON (as encoding/json writes them) to "<", ">" and "&". An escaped
+// backslash followed by "u003c" (the text \u003c itself) is left alone.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '\\' || i+1 >= len(b) {
+			out = append(out, c)
+			continue
+		}
+		if b[i+1] == 'u' && i+5 < len(b) && b[i+2] == '0' && b[i+3] == '0' {
+			r := byte(0)
+			switch string(b[i+4 : i+6]) {
+			case "3c":
+				r = '<'
+			case "3e":
+				r = '>'
+			case "26":
+				r = '&'
+			}
+			if r != 0 {
+				out = append(out, r)
+				i += 5
+				continue
+			}
+		}
+		out = append(out, c, b[i+1]) // any other escape, \\ included, as it is
+		i++
+	}
+	return out
 }
 
 // boundSummary is the form of a summary the owner is shown: one line

@@ -2,7 +2,6 @@ package a2a
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -98,7 +97,7 @@ func (t *task) waitLocked() <-chan struct{} {
 // JSON-RPC response.
 func (t *task) emitLocked(ev a2a.Event, final bool) {
 	if len(t.subs) > 0 {
-		data, err := json.Marshal(ev)
+		data, err := marshalJSON(ev)
 		if err == nil {
 			t.log = append(t.log, logEntry{data: data, final: final})
 		}
