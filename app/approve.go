@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -15,6 +16,18 @@ import (
 
 // maxDetail bounds the text an approval shows of a request (bytes).
 const maxDetail = 4 << 10
+
+// LogValue implements slog.LogValuer without the SAS and the request's
+// detail (the message text).
+func (a Approval) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("id", a.ID),
+		slog.String("kind", string(a.Kind)),
+		slog.String("grant_id", a.GrantID),
+		slog.String("peer", a.Peer),
+		slog.String("via", a.Via),
+	)
+}
 
 // taskApprover decides on new incoming A2A tasks: the grant's policy, and
 // the approvals queue for policy ask.

@@ -87,7 +87,10 @@ func Main(args []string, opts CLIOptions) int {
 		return ex.code
 	}
 	fmt.Fprintln(opts.Stderr, "meshtray:", err)
+	var wrongPort *WrongPortError
 	switch {
+	case errors.As(err, &wrongPort):
+		return ExitNotRunning
 	case errors.Is(err, ErrNotRunning):
 		fmt.Fprintln(opts.Stderr, "start it with `meshtray` (tray) or `meshtray serve` (headless), with the same --state-dir")
 		return ExitNotRunning

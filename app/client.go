@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,8 +19,24 @@ import (
 )
 
 // ErrNotRunning is returned by Dial and by client calls when no node runs on
-// the state dir (no daemon.json, or nothing listening).
+// the state dir (no daemon.json, a daemon.json left by a node that died, or
+// nothing listening).
 var ErrNotRunning = errors.New("meshtray is not running")
+
+// WrongPortError is Dial's refusal of a port other than the one the state
+// dir's node listens on: the control token is not sent to whatever holds
+// that port. It unwraps to ErrNotRunning.
+type WrongPortError struct {
+	Port     int // asked for (--port)
+	NodePort int // where the node of StateDir listens
+	StateDir string
+}
+
+func (e *WrongPortError) Error() string {
+	return fmt.Sprintf("no meshtray on port %d; the node of this state dir (%s) listens on %d (drop --port, or use --port %d)", e.Port, e.StateDir, e.NodePort, e.NodePort)
+}
+
+func (e *WrongPortError) Unwrap() error { return ErrNotRunning }
 
 // APIError is an error answered by the control API: its HTTP status and the
 // `error` text of its JSON body.
@@ -32,7 +49,8 @@ func (e *APIError) Error() string { return e.Message }
 
 // Client talks to a running node's local control API over loopback as the
 // local owner (the control token from daemon.json). The CLI and the UI
-// process use it; it never goes beyond 127.0.0.1.
+// process use it; it never goes beyond 127.0.0.1. Its LogValue leaves the
+// token out.
 type Client struct {
 	base  string // http://127.0.0.1:PORT
 	token string
@@ -41,8 +59,12 @@ type Client struct {
 	StateDir string
 }
 
-// Dial finds the node running on stateDir. port overrides the port the node
-// published (0 = use the published one).
+// Dial finds the node running on stateDir. The node must really run: its
+// daemon.json present and the state dir's lock held (a daemon.json left by
+// a node that was killed is not trusted: another program may hold its port
+// by now); else ErrNotRunning. port, when not 0, must be the port the node
+// published (*WrongPortError otherwise): the control token goes to this
+// state dir's node and nowhere else.
 func Dial(stateDir string, port int) (*Client, error) {
 	d, err := ReadDaemonInfo(stateDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -51,15 +73,24 @@ func Dial(stateDir string, port int) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if port == 0 {
-		port = d.Port
+	if !stateLockHeld(stateDir) {
+		return nil, fmt.Errorf("%w (state dir %s: its daemon.json is left from a node that stopped without cleaning up)", ErrNotRunning, stateDir)
 	}
+	if port != 0 && port != d.Port {
+		return nil, &WrongPortError{Port: port, NodePort: d.Port, StateDir: stateDir}
+	}
+	port = d.Port
 	return &Client{
 		base:     "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		token:    d.Token,
 		hc:       &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}},
 		StateDir: stateDir,
 	}, nil
+}
+
+// LogValue implements slog.LogValuer without the control token.
+func (c *Client) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("base", c.base), slog.String("state_dir", c.StateDir))
 }
 
 // BaseURL is the node's loopback base URL.

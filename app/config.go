@@ -67,6 +67,27 @@ type ForwardConfig struct {
 	Token string `toml:"token" json:"token"` // bearer token for it; prefer `meshtray forward set --token-stdin` (keychain)
 }
 
+// LogValue implements slog.LogValuer without the token.
+func (f ForwardConfig) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("url", f.URL), slog.Bool("token_set", f.Token != ""))
+}
+
+// LogValue implements slog.LogValuer: the settings an operator needs, the
+// forward token left out.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("state_dir", c.StateDir),
+		slog.Int("port", c.Port),
+		slog.String("name", c.Name),
+		slog.String("keychain", c.Keychain),
+		slog.String("log_level", c.LogLevel),
+		slog.Duration("approval_timeout", c.ApprovalTimeout.Duration),
+		slog.Bool("tailscale", c.TailscaleEnabled()),
+		slog.Any("forward", c.A2A.Forward),
+		slog.Int("run_rules", len(c.Nodes.Run)),
+	)
+}
+
 // NodesConfig configures the capability registry.
 type NodesConfig struct {
 	// Run is the system.run allowlist; empty means system.run is unavailable.

@@ -112,12 +112,19 @@ func keychainService(stateDir string) string {
 	return "meshtray:" + hex.EncodeToString(h[:4])
 }
 
-func (n *Node) openKeychain() (keychain.Store, error) {
+// openKeychain opens the configured backend; recorded is the backend the
+// state dir's identity already lives in ("" for a new state dir).
+func (n *Node) openKeychain(recorded string) (keychain.Store, error) {
 	dir := n.cfg.StateDir
 	if n.cfg.Keychain == KeychainFile {
 		return keychain.OpenFile(filepath.Join(dir, keychainFile))
 	}
 	ks, err := keychain.OpenOS(keychainService(dir), filepath.Join(dir, keychainLock))
+	if err != nil && recorded == KeychainOS {
+		return nil, fmt.Errorf("%w\nthis state dir keeps its identity and grants in the OS keychain, which is not reachable now.\n"+
+			"Start the keychain (a Secret Service such as gnome-keyring, unlocked) and try again;\n"+
+			"--keychain file would start a new device without them (use another --state-dir for that)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w\nmeshtray keeps its identity and grants in the OS keychain and none is reachable here.\n"+
 			"Start it with --keychain file to keep them in a 0600 file in %s instead,\n"+
@@ -141,6 +148,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.lock, err = AcquireLock(cfg.StateDir); err != nil {
 		return err
 	}
+	if err := secureStateDir(cfg.StateDir, n.log); err != nil {
+		return err
+	}
+	recorded, err := checkKeychainBackend(cfg.StateDir, cfg.Keychain)
+	if err != nil {
+		return err
+	}
 	// Bind the loopback port first: a port in use is the likeliest failure
 	// and should not leave a half-started node behind.
 	lbLn, err := listenLoopback(cfg.Port)
@@ -159,11 +173,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.settings, err = openSettings(cfg.StateDir); err != nil {
 		return err
 	}
-	if n.ks, err = n.openKeychain(); err != nil {
+	if n.ks, err = n.openKeychain(recorded); err != nil {
 		return err
 	}
 	if n.identity, err = pairing.LoadOrCreateIdentity(n.ks, cfg.Name); err != nil {
 		return fmt.Errorf("identity: %w", err)
+	}
+	if recorded == "" {
+		if err := recordKeychainBackend(cfg.StateDir, cfg.Keychain); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
 	}
 	if n.grants, err = pairing.NewGrants(n.ks, n.log.With("pkg", "pairing")); err != nil {
 		return fmt.Errorf("grants: %w", err)
@@ -698,6 +717,9 @@ func (n *Node) CreateGrant(req GrantRequest) (GrantToken, error) {
 	}
 	return GrantToken{ID: g.ID, Token: tok}, nil
 }
+
+// LogValue implements slog.LogValuer without the token.
+func (t GrantToken) LogValue() slog.Value { return slog.GroupValue(slog.String("id", t.ID)) }
 
 // UpdateGrant pauses, resumes, revokes or rotates a grant, or sets its
 // approval policy. Only rotate returns a token.

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -29,6 +30,12 @@ type PairingSession struct {
 	Hint string `json:"hint,omitempty"`
 }
 
+// LogValue implements slog.LogValuer without the code (the URLs carry it
+// in their fragment).
+func (ps PairingSession) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("device_id", ps.DeviceID), slog.Time("expires", ps.Expires), slog.Int("urls", len(ps.URLs)))
+}
+
 // JoinRequest is POST /pair/join: claim another device's pairing code.
 type JoinRequest struct {
 	URL  string         `json:"url"`            // the pairing URL the other device shows, or its base URL
@@ -38,6 +45,16 @@ type JoinRequest struct {
 	Give pairing.Scopes `json:"give,omitempty"` // scopes to give the other device back (mutual pairing)
 }
 
+// LogValue implements slog.LogValuer without the code: the URL's host only
+// (its fragment carries the code), the scopes.
+func (r JoinRequest) LogValue() slog.Value {
+	host := ""
+	if u, err := url.Parse(r.URL); err == nil {
+		host = u.Host
+	}
+	return slog.GroupValue(slog.String("host", host), slog.String("ask", r.Ask.String()), slog.String("give", r.Give.String()))
+}
+
 // JoinEvent is one line of the POST /pair/join answer (NDJSON): first the
 // SAS to compare, then the result or an error.
 type JoinEvent struct {
@@ -45,6 +62,18 @@ type JoinEvent struct {
 	Peer   *pairing.PeerInfo `json:"peer,omitempty"`
 	Result *JoinOutcome      `json:"result,omitempty"`
 	Error  string            `json:"error,omitempty"`
+}
+
+// LogValue implements slog.LogValuer without the SAS.
+func (e JoinEvent) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.Bool("sas_shown", e.SAS != ""), slog.Bool("done", e.Result != nil)}
+	if e.Peer != nil {
+		attrs = append(attrs, slog.String("peer", shortID(e.Peer.ID)))
+	}
+	if e.Error != "" {
+		attrs = append(attrs, slog.String("error", e.Error))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // JoinOutcome is what a completed join did.

@@ -1,17 +1,23 @@
 package app
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gofrs/flock"
 
@@ -26,7 +32,15 @@ const (
 	keychainFile = "keychain.json" // --keychain file backend (0600)
 	keychainLock = "keychain.lock" // serialises keychain index updates across processes
 	logDir       = "logs"          // log files of the tray app
+	// keychainBackendFile records the keychain backend the state dir's
+	// identity and grants live in ("os" or "file"), so another one is
+	// refused instead of silently making a new device.
+	keychainBackendFile = "keychain.backend"
 )
+
+// lockGrace is how long AcquireLock retries a held lock: a client probing
+// whether a node runs (Dial) holds it for an instant.
+const lockGrace = 250 * time.Millisecond
 
 // ErrAlreadyRunning is returned by AcquireLock when another node holds the
 // state dir; PID is the holder's process id when it could be read.
@@ -48,15 +62,21 @@ type StateLock struct {
 	path string
 }
 
-// AcquireLock creates the state dir (0700) and takes its lock without
-// waiting. It returns *ErrAlreadyRunning when another process holds it.
+// AcquireLock creates the state dir (0700) and takes its lock, retrying
+// for lockGrace (a client checking whether a node runs holds it for an
+// instant). It returns *ErrAlreadyRunning when another process holds it.
 func AcquireLock(stateDir string) (*StateLock, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	path := filepath.Join(stateDir, lockFile)
 	fl := flock.New(path)
-	ok, err := fl.TryLock()
+	ctx, cancel := context.WithTimeout(context.Background(), lockGrace)
+	ok, err := fl.TryLockContext(ctx, 10*time.Millisecond)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		ok, err = false, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -76,6 +96,68 @@ func AcquireLock(stateDir string) (*StateLock, error) {
 	return &StateLock{fl: fl, path: path}, nil
 }
 
+// stateLockHeld reports whether a process holds the state dir's lock, i.e.
+// a node runs on it. When the lock can be taken it is released at once
+// (AcquireLock retries over that instant). An error (say, an unreadable
+// state dir) is reported as held: the caller then learns more from
+// trying the node.
+func stateLockHeld(stateDir string) bool {
+	path := filepath.Join(stateDir, lockFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	fl := flock.New(path)
+	ok, err := fl.TryLock()
+	if err != nil {
+		return true
+	}
+	if ok {
+		fl.Unlock()
+		return false
+	}
+	return true
+}
+
+// secureStateDir makes an existing state dir private (0700) when its group
+// or others may enter it (a dir made by hand, or by another program), and
+// says so on log. A dir shared by design (sticky bit, as /tmp) or owned by
+// someone else is refused rather than changed.
+func secureStateDir(dir string, log *slog.Logger) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o077 == 0 || runtime.GOOS == "windows" { // Windows: ACLs, not mode bits
+		return nil
+	}
+	if fi.Mode()&os.ModeSticky != 0 || !ownedByMe(fi) {
+		return fmt.Errorf("state dir %s is shared (mode %v) and not this user's own: choose a private directory with --state-dir", dir, fi.Mode())
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("state dir %s is accessible to others (mode %v) and cannot be made private: %w", dir, perm, err)
+	}
+	log.Warn("state dir was accessible to other users; made private (0700)", "dir", dir, "was", perm.String())
+	return nil
+}
+
+// ownedByMe reports whether fi belongs to this process's user, where the
+// platform says (the Uid of a Unix stat); true where it cannot tell.
+func ownedByMe(fi fs.FileInfo) bool {
+	v := reflect.ValueOf(fi.Sys())
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return true
+	}
+	uid := v.FieldByName("Uid")
+	if !uid.IsValid() || !uid.CanUint() {
+		return true
+	}
+	return uid.Uint() == uint64(os.Getuid())
+}
+
 // Release drops the lock.
 func (l *StateLock) Release() error {
 	if l == nil {
@@ -93,8 +175,10 @@ type DaemonInfo struct {
 	Token string `json:"token"` // the control token: grants local-owner access
 }
 
-// LogValue keeps the control token out of logs.
-func (d DaemonInfo) LogValue() string { return fmt.Sprintf("pid=%d port=%d", d.PID, d.Port) }
+// LogValue implements slog.LogValuer without the control token.
+func (d DaemonInfo) LogValue() slog.Value {
+	return slog.GroupValue(slog.Int("pid", d.PID), slog.Int("port", d.Port))
+}
 
 func newControlToken() string {
 	b := make([]byte, 32)
@@ -156,6 +240,58 @@ func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// checkKeychainBackend refuses to open the state dir with another keychain
+// backend than the one its identity and grants were created in: the other
+// backend holds none of them, so the node would silently become a new
+// device with no pairings. The backend is recorded in keychain.backend; a
+// state dir from before that record counts as "file" when keychain.json
+// exists. It returns the recorded backend ("" when none).
+func checkKeychainBackend(dir, want string) (string, error) {
+	recorded := ""
+	b, err := os.ReadFile(filepath.Join(dir, keychainBackendFile))
+	switch {
+	case err == nil:
+		recorded = strings.TrimSpace(string(b))
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	default:
+		if _, err := os.Stat(filepath.Join(dir, keychainFile)); err == nil {
+			recorded = KeychainFile
+		}
+	}
+	if recorded == "" || recorded == want {
+		return recorded, nil
+	}
+	return recorded, &BackendMismatchError{StateDir: dir, Recorded: recorded, Want: want}
+}
+
+// recordKeychainBackend writes the backend the state dir's identity lives in.
+func recordKeychainBackend(dir, backend string) error {
+	return writeFileAtomic(filepath.Join(dir, keychainBackendFile), []byte(backend+"\n"), 0o600)
+}
+
+// BackendMismatchError: the state dir's identity and grants are in another
+// keychain backend than the one asked for.
+type BackendMismatchError struct {
+	StateDir       string
+	Recorded, Want string
+}
+
+func (e *BackendMismatchError) Error() string {
+	where := map[string]string{
+		KeychainOS:   "the OS keychain",
+		KeychainFile: "the file keychain (" + filepath.Join(e.StateDir, keychainFile) + ")",
+	}
+	undo := filepath.Join(e.StateDir, keychainBackendFile)
+	if e.Recorded == KeychainFile {
+		undo = filepath.Join(e.StateDir, keychainFile) + " and " + undo
+	}
+	return fmt.Sprintf("state dir %s keeps this device's identity and grants in %s; --keychain %s would start a new device with none of its pairings.\n"+
+		"Start it with --keychain %s (or keychain = %q in %s).\n"+
+		"To start over as a new device on purpose, move %s away and pair your devices again (or use another --state-dir)",
+		e.StateDir, where[e.Recorded], e.Want, e.Recorded, e.Recorded, filepath.Join(e.StateDir, "config.toml"), undo)
 }
 
 // Settings are the runtime toggles the owner flips while the node runs; they
