@@ -13,7 +13,9 @@
 //   - clipboard.read, clipboard.write: text, at most MaxClipboardBytes, only
 //     where a graphical session and a clipboard tool exist.
 //   - system.run: an allowlisted program (RunRule), no shell, bounded
-//     output, a time limit, its process group killed on cancel.
+//     output, a time limit, a minimal environment (RunBaseEnv and the
+//     rule's Env), its process group killed on cancel, and the program
+//     killed with the node (Linux).
 //
 // Parameters are validated against each capability's JSON Schema (draft
 // 2020-12, github.com/santhosh-tekuri/jsonschema/v6). The policy for a call

@@ -148,3 +148,29 @@ func TestHTTPHandlers(t *testing.T) {
 		})
 	}
 }
+
+// TestInvokeJSONAsWritten: results go out as written, "<" and "&" not
+// turned into \u003c and \u0026.
+func TestInvokeJSONAsWritten(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("system.run with printf")
+	}
+	r := newTestRegistry(t, Options{RunAllow: []RunRule{{Name: "printf"}}})
+	if err := r.SetPolicy(CapSystemRun, pairing.PolicyAllow); err != nil {
+		t.Fatal(err)
+	}
+	srv := newTestServer(t, r)
+	req, _ := http.NewRequest("POST", srv.URL+"/nodes/invoke", strings.NewReader(`{"capability":"system.run","params":{"argv":["printf","<b>&</b>"]}}`))
+	req.Header.Set("Authorization", "Bearer allow")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"stdout":"<b>&</b>"`) || strings.Contains(string(b), `\u003c`) {
+		t.Fatalf("HTTP %d: %s", resp.StatusCode, b)
+	}
+}

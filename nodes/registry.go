@@ -453,11 +453,24 @@ func (r *Registry) Names() []string {
 	return slices.Clip(names)
 }
 
-// marshalResult encodes v as a Result's data.
+// marshalResult encodes v as a Result's data, without HTML escapes (a
+// clipboard's "<b>" stays "<b>", not "\u003cb\u003e").
 func marshalResult(v any, summary string) (Result, error) {
-	data, err := json.Marshal(v)
+	data, err := marshalJSON(v)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Data: data, Summary: summary}, nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping: none of this JSON is
+// embedded in HTML, and people and agents read it as written.
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -45,7 +45,18 @@ type RunRule struct {
 	// when the caller gives no timeout_s; 0 means DefaultRunTimeout. Capped
 	// at MaxRunTimeout.
 	Timeout time.Duration `json:"timeout,omitempty" toml:"timeout,omitempty"`
+	// Env names environment variables of the node passed to this command
+	// on top of the minimal environment every command gets (RunBaseEnv):
+	// exact names, e.g. ["DISPLAY"]. Names with "=" are ignored.
+	Env []string `json:"env,omitempty" toml:"env,omitempty"`
 }
+
+// RunBaseEnv is the environment every system.run command gets from the
+// node, whatever its rule says: the variables a program needs to find
+// programs, the user's home, language and time zone. Nothing else (not
+// SSH_AUTH_SOCK, cloud credentials, tokens in the node's environment)
+// unless the rule's Env names it. LC_* means every locale variable.
+var RunBaseEnv = []string{"PATH", "HOME", "LANG", "LC_*", "TZ", "USER"}
 
 // RunParams are system.run's parameters.
 type RunParams struct {
@@ -67,6 +78,7 @@ type RunResult struct {
 type runRule struct {
 	name, path string
 	timeout    time.Duration
+	env        []string // extra variable names (RunRule.Env)
 }
 
 // runner runs allowlisted commands without a shell.
@@ -110,6 +122,9 @@ func resolveRunRule(r RunRule) (runRule, error) {
 	}
 	path := r.Path
 	if path == "" {
+		// LookPath never returns a path relative to the working directory:
+		// one found through a relative PATH entry ("." or "bin") is an
+		// error (exec.ErrDot, Go >= 1.19), reported as not found.
 		p, err := exec.LookPath(r.Name)
 		if err != nil {
 			return runRule{}, fmt.Errorf("%s: not found in PATH", r.Name)
@@ -117,11 +132,7 @@ func resolveRunRule(r RunRule) (runRule, error) {
 		path = p
 	}
 	if !filepath.IsAbs(path) {
-		abs, err := filepath.Abs(path)
-		if err != nil || r.Path != "" {
-			return runRule{}, fmt.Errorf("%s: path %q is not absolute", r.Name, path)
-		}
-		path = abs // LookPath found it relative to PATH entries like "."
+		return runRule{}, fmt.Errorf("%s: path %q is not absolute", r.Name, path)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.IsDir() {
 		return runRule{}, fmt.Errorf("%s: %s is not a program", r.Name, path)
@@ -131,7 +142,13 @@ func resolveRunRule(r RunRule) (runRule, error) {
 		t = DefaultRunTimeout
 	}
 	t = min(t, MaxRunTimeout)
-	return runRule{name: r.Name, path: path, timeout: t}, nil
+	var env []string
+	for _, n := range r.Env {
+		if n = strings.TrimSpace(n); n != "" && !strings.Contains(n, "=") {
+			env = append(env, n)
+		}
+	}
+	return runRule{name: r.Name, path: path, timeout: t, env: env}, nil
 }
 
 func (rn *runner) available() (bool, string) {
@@ -194,9 +211,12 @@ func runCapability(rn *runner) *capability {
 }
 
 // run starts argv[0]'s allowlisted program with argv[1:], without a shell,
-// stdin from the null device, a sanitized environment, in the user's home
-// directory. When ctx ends or the time limit passes, the whole process group
-// is killed (unix; the process on Windows) and run returns at once.
+// stdin from the null device, a minimal environment (runEnv), in the user's
+// home directory. When ctx ends or the time limit passes, the whole process
+// group is killed (unix; the process on Windows) and run returns at once.
+// On Linux the command also gets SIGKILL when the node dies (kill -9
+// included; prctl PR_SET_PDEATHSIG), so it never outlives the node's
+// timeout; processes it started in the background are not covered.
 func (rn *runner) run(ctx context.Context, p RunParams) (RunResult, error) {
 	if len(p.Argv) == 0 {
 		return RunResult{}, &ParamError{Capability: CapSystemRun, Missing: []string{"argv"}}
@@ -221,7 +241,7 @@ func (rn *runner) run(ctx context.Context, p RunParams) (RunResult, error) {
 	runCtx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, rule.path, p.Argv[1:]...)
-	cmd.Env = runEnv()
+	cmd.Env = runEnv(os.Environ(), rule.env)
 	if home, err := os.UserHomeDir(); err == nil {
 		cmd.Dir = home
 	}
@@ -256,12 +276,36 @@ func (rn *runner) run(ctx context.Context, p RunParams) (RunResult, error) {
 	return res, nil
 }
 
-// runEnv is meshtray's environment without its own MESHTRAY_* variables:
-// an allowlisted command runs as the owner, but never sees meshtray's
-// settings or anything a future version passes to it that way.
-func runEnv() []string {
-	env := os.Environ()
-	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(strings.ToUpper(kv), "MESHTRAY_") })
+// runEnv picks from environ (KEY=value entries) the variables a command
+// gets: RunBaseEnv's and the rule's extra names, in environ's order.
+// meshtray's own MESHTRAY_* variables never pass, even when named.
+func runEnv(environ, extra []string) []string {
+	out := make([]string, 0, 8)
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.HasPrefix(strings.ToUpper(k), "MESHTRAY_") {
+			continue
+		}
+		if envAllowed(k, RunBaseEnv) || slices.Contains(extra, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// envAllowed reports whether name is in names, where "P*" stands for
+// every name starting with P.
+func envAllowed(name string, names []string) bool {
+	for _, n := range names {
+		if p, ok := strings.CutSuffix(n, "*"); ok {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		} else if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // boundedBuffer keeps the first max bytes written to it and counts the

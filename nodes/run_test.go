@@ -7,8 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,18 +97,119 @@ func TestRunOutput(t *testing.T) {
 	}
 }
 
-// TestRunEnv is not parallel: it sets a process environment variable.
+// TestRunEnv is not parallel: it sets process environment variables, as a
+// user's session would (an SSH agent, cloud credentials).
 func TestRunEnv(t *testing.T) {
-	t.Setenv("MESHTRAY_SECRET_TEST", "should-not-leak")
-	t.Setenv("OTHER_VAR_TEST", "kept")
-	r := runRegistry(t, RunRule{Name: "sh"})
-	rr, _, err := invokeRun(t, context.Background(), r, []string{"sh", "-c", `echo "[$MESHTRAY_SECRET_TEST][$OTHER_VAR_TEST]"`}, 0)
-	if err != nil {
+	set := map[string]string{
+		"SSH_AUTH_SOCK":         "/tmp/ssh-agent.sock",
+		"AWS_SECRET_ACCESS_KEY": "aws-secret",
+		"GITHUB_TOKEN":          "ghp_secret",
+		"MESHTRAY_SECRET_TEST":  "should-not-leak",
+		"LANG":                  "C.UTF-8",
+		"LC_TIME":               "C",
+		"TZ":                    "UTC",
+		"USER":                  "owner",
+		"DISPLAY":               ":9",
+	}
+	for k, v := range set {
+		t.Setenv(k, v)
+	}
+	r := runRegistry(t, RunRule{Name: "env"}, RunRule{Name: "printenv", Env: []string{"DISPLAY", "MESHTRAY_SECRET_TEST", "BAD=NAME"}})
+	got := func(argv ...string) map[string]string {
+		t.Helper()
+		rr, _, err := invokeRun(t, context.Background(), r, argv, 0)
+		if err != nil || rr.ExitCode != 0 {
+			t.Fatalf("%v: %v %+v", argv, err, rr)
+		}
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(rr.Stdout), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	base := got("env")
+	for _, k := range []string{"PATH", "HOME", "LANG", "LC_TIME", "TZ", "USER"} {
+		if base[k] != os.Getenv(k) || base[k] == "" {
+			t.Errorf("%s = %q, want the node's %q", k, base[k], os.Getenv(k))
+		}
+	}
+	for _, k := range []string{"SSH_AUTH_SOCK", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "MESHTRAY_SECRET_TEST", "DISPLAY"} {
+		if v, ok := base[k]; ok {
+			t.Errorf("%s=%q reached a command whose rule does not name it", k, v)
+		}
+	}
+	// Names only in failures: a CI environment's values stay out of logs.
+	names := func(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+	if len(base) > 6 {
+		t.Errorf("the command got more than the base environment: %v", names(base))
+	}
+	extra := got("printenv")
+	if _, ok := extra["MESHTRAY_SECRET_TEST"]; ok || extra["DISPLAY"] != ":9" || len(extra) != len(base)+1 {
+		t.Errorf("a rule's Env: got %v, want the base and DISPLAY, never MESHTRAY_*", names(extra))
+	}
+}
+
+// TestRunDiesWithTheNode: a node killed with SIGKILL (no cleanup runs)
+// does not leave its system.run command behind. The node is this test
+// binary re-executed (TestMain's helper), running `sleep` through the
+// registry.
+func TestRunDiesWithTheNode(t *testing.T) {
+	t.Parallel()
+	const secs = "281.25" // distinctive, to find the process
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=run-sleep", "MESHTRAY_HELPER_ARG="+secs)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if rr.Stdout != "[][kept]\n" {
-		t.Errorf("stdout %q: MESHTRAY_* must be dropped, the rest kept", rr.Stdout)
+	var sleepPID int
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if sleepPID != 0 && !pidGone(sleepPID) {
+			_ = syscall.Kill(sleepPID, syscall.SIGKILL)
+		}
+	})
+	waitFor(t, "the helper's sleep to start", 20*time.Second, func() bool {
+		sleepPID = childRunning(cmd.Process.Pid, "sleep", secs)
+		return sleepPID != 0
+	})
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
+	_ = cmd.Wait()
+	waitFor(t, fmt.Sprintf("sleep (pid %d) to die with the node", sleepPID), 5*time.Second, func() bool { return pidGone(sleepPID) })
+}
+
+// childRunning returns the pid of a running child of parent with exactly
+// argv (argv[0] as a base name), or 0.
+func childRunning(parent int, argv ...string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		got := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if len(got) != len(argv) || filepath.Base(got[0]) != argv[0] || !slices.Equal(got[1:], argv[1:]) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(parent) && !pidGone(pid) {
+			return pid
+		}
+	}
+	return 0
 }
 
 func TestRunRefusals(t *testing.T) {
@@ -316,5 +421,21 @@ func TestRunConcurrencyBound(t *testing.T) {
 	// The slots are free again.
 	if _, _, err := invokeRun(t, context.Background(), r, []string{"sh", "-c", "true"}, 0); err != nil {
 		t.Fatalf("after the bound cleared: %v", err)
+	}
+}
+
+// TestRunLookPathIgnoresDot is not parallel (it sets PATH and the working
+// directory): a program found only through a relative PATH entry is not
+// allowlisted (exec.ErrDot), whatever the working directory holds.
+func TestRunLookPathIgnoresDot(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "meshtray-dot-cmd"), []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	t.Setenv("PATH", ".")
+	rn := newRunner([]RunRule{{Name: "meshtray-dot-cmd"}}, slog.New(slog.DiscardHandler))
+	if ok, reason := rn.available(); ok || !strings.Contains(reason, "meshtray-dot-cmd: not found in PATH") {
+		t.Fatalf("available %v, reason %q", ok, reason)
 	}
 }
