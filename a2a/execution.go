@@ -96,7 +96,8 @@ func (e *Execution) Working(text string) {
 
 // Artifact adds a new artifact named name to the task and emits its
 // artifact-update event; it returns the artifact's id for AppendArtifact
-// ("" when the report was ignored).
+// ("" when the report was ignored, or dropped: over MaxArtifacts,
+// MaxArtifactBytes or the store's MaxStoredBytes).
 func (e *Execution) Artifact(name string, parts ...a2a.Part) a2a.ArtifactID {
 	art := &a2a.Artifact{ID: a2a.NewArtifactID(), Name: name, Parts: parts}
 	now := e.s.now()
@@ -109,6 +110,10 @@ func (e *Execution) Artifact(name string, parts ...a2a.Part) a2a.ArtifactID {
 		e.s.log.Warn("artifact dropped: per-task limit", "task", e.t.id, "limit", e.s.opts.MaxArtifacts)
 		return ""
 	}
+	if err := e.reserveLocked(parts); err != nil {
+		e.s.log.Warn("artifact dropped", "task", e.t.id, "err", err)
+		return ""
+	}
 	e.t.artifacts = append(e.t.artifacts, art)
 	e.t.updated = now
 	e.t.emitLocked(&a2a.TaskArtifactUpdateEvent{TaskID: e.t.id, ContextID: e.t.contextID, Artifact: art}, false)
@@ -117,7 +122,9 @@ func (e *Execution) Artifact(name string, parts ...a2a.Part) a2a.ArtifactID {
 
 // AppendArtifact appends parts to the artifact id made by Artifact and
 // emits an artifact-update with append:true (A2A spec §7.2.2); lastChunk
-// marks the artifact's last chunk.
+// marks the artifact's last chunk. Parts over the task's MaxArtifactBytes
+// are refused with an error wrapping ErrUnavailable, over the store's
+// MaxStoredBytes with one wrapping ErrStoreFull.
 func (e *Execution) AppendArtifact(id a2a.ArtifactID, lastChunk bool, parts ...a2a.Part) error {
 	now := e.s.now()
 	e.t.mu.Lock()
@@ -128,6 +135,9 @@ func (e *Execution) AppendArtifact(id a2a.ArtifactID, lastChunk bool, parts ...a
 	for i, a := range e.t.artifacts {
 		if a.ID != id {
 			continue
+		}
+		if err := e.reserveLocked(parts); err != nil {
+			return err
 		}
 		// Copy on write: snapshots already handed out keep the old value.
 		na := *a
@@ -141,6 +151,30 @@ func (e *Execution) AppendArtifact(id a2a.ArtifactID, lastChunk bool, parts ...a
 		return nil
 	}
 	return fmt.Errorf("a2a: no artifact %q in task %s", id, e.t.id)
+}
+
+// reserveLocked books the bytes of artifact parts against the task's
+// MaxArtifactBytes and the store's MaxStoredBytes (evicting terminal
+// tasks as needed).
+func (e *Execution) reserveLocked(parts []a2a.Part) error {
+	var n int64
+	for _, p := range parts {
+		n += partSize(p)
+	}
+	if limit := e.s.opts.MaxArtifactBytes; e.t.artBytes+n > limit {
+		return fmt.Errorf("%w: the artifacts of task %s would exceed %d bytes", ErrUnavailable, e.t.id, limit)
+	}
+	e.s.mu.Lock()
+	err := e.s.reserveLocked(false, n)
+	if err == nil {
+		e.t.bytes += n
+	}
+	e.s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	e.t.artBytes += n
+	return nil
 }
 
 // InputRequired ends the turn asking the caller for more: the task goes to

@@ -40,7 +40,16 @@ const (
 	MaxMessageText = 64 << 10
 	// maxStatusText bounds the status text kept per task.
 	maxStatusText = 4 << 10
+	// DefaultMaxFollow bounds how long one exchange (a stream, or polling)
+	// follows a task; after it the node stops following and says so.
+	DefaultMaxFollow = time.Hour
 )
+
+// forgotten is the status text of a task its agent no longer knows.
+const forgotten = "the agent no longer knows this task (it restarted?)"
+
+// errFollowLimit ends an exchange that ran for MaxFollow.
+var errFollowLimit = errors.New("followed for too long")
 
 // Errors of the outbound view.
 var (
@@ -194,6 +203,11 @@ type OutboundOptions struct {
 	// MaxBytes bounds the parts kept per task (default
 	// DefaultMaxOutboundBytes).
 	MaxBytes int64
+	// MaxFollow bounds how long one delegation or answer is followed
+	// (default DefaultMaxFollow): then the node stops following it, the
+	// view says so, and the task may go on at its agent (cancel it there
+	// with Cancel).
+	MaxFollow time.Duration
 	// OnChange is called (without locks held) after any change.
 	OnChange func()
 	Logger   *slog.Logger
@@ -239,6 +253,9 @@ func NewOutbound(o OutboundOptions) *Outbound {
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxOutboundBytes
+	}
+	if o.MaxFollow <= 0 {
+		o.MaxFollow = DefaultMaxFollow
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -394,15 +411,21 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 	go func() {
 		defer o.wg.Done()
 		defer rem.Close()
+		fctx, cancel := context.WithTimeoutCause(o.ctx, o.o.MaxFollow, errFollowLimit)
+		defer cancel()
 		got := false
-		err := rem.exchange(o.ctx, params, stream, o.log, func(ev a2a.Event) {
+		err := rem.exchange(fctx, params, stream, o.log, func(ev a2a.Event) {
 			o.apply(e, ev)
 			if !got {
 				got = true
 				first <- nil
 			}
 		})
-		if err == nil || !errors.Is(err, context.Canceled) {
+		if err != nil && fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
+			err = fmt.Errorf("%w: the node stopped following this task after %s; it may go on at the agent (`meshtray cancel %s` stops it there)",
+				errFollowLimit, o.o.MaxFollow, e.view.ID)
+		}
+		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
 			o.o.Agents.report(e.agent, err)
 		}
 		o.finish(e, err, got, isNew)
@@ -433,6 +456,9 @@ func (o *Outbound) finish(e *outEntry, err error, got, isNew bool) {
 		o.removeLocked(e)
 	case err == nil:
 		e.view.Error = ""
+	case errors.Is(err, a2a.ErrTaskNotFound) && e.view.TaskID != "":
+		o.forgetLocked(e)
+		o.log.Info("delegated task unknown at its agent", "task", e.view.ID, "agent", e.view.Agent)
 	case errors.Is(err, context.Canceled) && o.ctx.Err() != nil:
 		e.view.Error = "the node stopped following this task (shutting down)"
 	case !got:
@@ -446,6 +472,17 @@ func (o *Outbound) finish(e *outEntry, err error, got, isNew bool) {
 	e.notifyLocked()
 	o.mu.Unlock()
 	o.changed()
+}
+
+// forgetLocked ends a task its agent answered "task not found" for (it
+// restarted and lost its in-memory tasks, or evicted it): nothing will
+// ever move it again.
+func (o *Outbound) forgetLocked(e *outEntry) {
+	if !e.view.State.Terminal() {
+		e.view.State = a2a.TaskStateFailed
+		e.view.Message = forgotten
+	}
+	e.view.Error = ""
 }
 
 // apply folds one event of the agent into the entry.
@@ -549,6 +586,8 @@ func (o *Outbound) boundPartsLocked(e *outEntry, parts a2a.ContentParts) a2a.Con
 	return out
 }
 
+// partSize is what a part costs to keep: its text or file content (and
+// names) as sent, other parts as JSON.
 func partSize(p a2a.Part) int64 {
 	switch v := p.(type) {
 	case a2a.TextPart:
@@ -697,7 +736,9 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 
 // Cancel asks the agent to cancel the task (tasks/cancel) and returns the
 // task as the agent then reports it. A disabled agent is still reached for
-// a cancel.
+// a cancel. An agent that no longer knows the task (-32001) ends it
+// failed, "the agent no longer knows this task (it restarted?)"; so does
+// a tasks/get or an answer that gets that error.
 func (o *Outbound) Cancel(ctx context.Context, ref string) (OutboundTask, error) {
 	o.mu.Lock()
 	e, err := o.findLocked(ref)
@@ -720,7 +761,17 @@ func (o *Outbound) Cancel(ctx context.Context, ref string) (OutboundTask, error)
 	t, err := rem.cancel(ctx, a2a.TaskID(taskID))
 	rem.Close()
 	if err != nil {
-		if errors.Is(err, a2a.ErrTaskNotCancelable) {
+		switch {
+		case errors.Is(err, a2a.ErrTaskNotFound):
+			o.mu.Lock()
+			o.forgetLocked(e)
+			e.view.Updated = o.o.Now()
+			e.notifyLocked()
+			o.mu.Unlock()
+			o.changed()
+			o.log.Info("canceled task unknown at its agent", "task", id, "agent", agentID)
+			return o.Get(id)
+		case errors.Is(err, a2a.ErrTaskNotCancelable):
 			return OutboundTask{}, fmt.Errorf("%w: %v", ErrOutboundState, err)
 		}
 		return OutboundTask{}, err

@@ -29,6 +29,7 @@ const (
 	DefaultMaxTurns             = 32
 	DefaultMaxSubscribers       = 8
 	DefaultMaxArtifacts         = 64
+	DefaultMaxArtifactBytes     = 8 << 20 // artifact parts of one task
 	DefaultCancelWait           = 5 * time.Second
 	DefaultKeepAlive            = 15 * time.Second
 	DefaultInterruptedTTL       = 10 * time.Minute
@@ -68,10 +69,11 @@ type Options struct {
 	// MaxBodyBytes bounds one request body (default 1 MiB); a larger body
 	// is answered -32600.
 	MaxBodyBytes int64
-	// MaxStoredBytes bounds the caller-supplied message bytes kept by the
-	// whole store (default 64 MiB); terminal tasks are evicted to stay
-	// under it, and when live tasks alone exceed it new messages are
-	// refused with CodeStoreFull.
+	// MaxStoredBytes bounds the bytes the whole store keeps: caller
+	// messages and artifacts (default 64 MiB). Terminal tasks are evicted
+	// to stay under it; when live tasks alone would exceed it, new
+	// messages are refused with CodeStoreFull and new artifact parts are
+	// dropped (Execution.Artifact, AppendArtifact).
 	MaxStoredBytes int64
 	// MaxTurns bounds the executor turns of one task (default 32); a
 	// further message is refused with CodeUnavailable.
@@ -80,6 +82,10 @@ type Options struct {
 	MaxSubscribers int
 	// MaxArtifacts bounds the artifacts of one task (default 64).
 	MaxArtifacts int
+	// MaxArtifactBytes bounds the artifact parts of one task, appended
+	// chunks included (default 8 MiB; text and file bytes as sent, data
+	// parts as JSON). Artifact bytes also count toward MaxStoredBytes.
+	MaxArtifactBytes int64
 	// CancelWait is how long tasks/cancel waits for the executor to stop
 	// (default 5 s) before reporting the task canceled anyway.
 	CancelWait time.Duration
@@ -160,6 +166,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxStoredBytes <= 0 {
 		opts.MaxStoredBytes = DefaultMaxStoredBytes
+	}
+	if opts.MaxArtifactBytes <= 0 {
+		opts.MaxArtifactBytes = DefaultMaxArtifactBytes
 	}
 	if opts.CancelWait <= 0 {
 		opts.CancelWait = DefaultCancelWait

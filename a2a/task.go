@@ -32,9 +32,13 @@ type task struct {
 	value           any // executor-private state across turns
 	turns           int // executor turns started
 
-	// bytes is the caller-supplied message bytes kept; guarded by the
-	// Server's mu (lock order: task.mu before Server.mu, never the reverse).
+	// bytes is what the task holds in the store (caller messages and
+	// artifacts); guarded by the Server's mu (lock order: task.mu before
+	// Server.mu, never the reverse).
 	bytes int64
+	// artBytes is the artifact part of bytes (Options.MaxArtifactBytes);
+	// guarded by mu.
+	artBytes int64
 
 	// log holds the marshaled events not yet read by every subscriber:
 	// log[i] is event number logBase+i. With no subscriber nothing is kept.

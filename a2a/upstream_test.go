@@ -36,7 +36,8 @@ type upstream struct {
 	stopped  chan a2a.TaskID // sleep reports its stop
 	started  chan a2a.TaskID // sleep reports its start
 	card     *a2a.AgentCard
-	hits     int // JSON-RPC requests
+	hits     int          // JSON-RPC requests
+	rpc      http.Handler // the a2asrv handler; restart replaces it
 }
 
 type upstreamCall struct {
@@ -156,7 +157,7 @@ type upstreamOpts struct {
 func newUpstream(t testing.TB, o upstreamOpts) *upstream {
 	t.Helper()
 	u := &upstream{token: o.token, stopped: make(chan a2a.TaskID, 8), started: make(chan a2a.TaskID, 8)}
-	rpc := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(upstreamExec{u}))
+	u.rpc = a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(upstreamExec{u}))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+CardPath, func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
@@ -167,6 +168,7 @@ func newUpstream(t testing.TB, o upstreamOpts) *upstream {
 	mux.HandleFunc("POST /rpc", func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.hits++
+		rpc := u.rpc
 		u.mu.Unlock()
 		if u.token != "" && r.Header.Get("Authorization") != "Bearer "+u.token {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="upstream"`)
@@ -188,6 +190,16 @@ func newUpstream(t testing.TB, o upstreamOpts) *upstream {
 		u.hs.Close()
 	})
 	return u
+}
+
+// restart stands for the agent restarting: a fresh a2asrv handler with an
+// empty task store answers from now on (tasks the old one runs finish
+// there, unseen).
+func (u *upstream) restart() {
+	h := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(upstreamExec{u}))
+	u.mu.Lock()
+	u.rpc = h
+	u.mu.Unlock()
 }
 
 func (u *upstream) setCard(f func(c *a2a.AgentCard)) {
