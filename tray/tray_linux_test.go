@@ -170,13 +170,19 @@ func TestTrayWithoutDisplayRunsNode(t *testing.T) {
 	}
 }
 
-// runSecond runs `meshtray` (the tray) to its end with env and returns its
-// output; it must fail with ExitError.
+// runSecond runs `meshtray` (the tray) with env and returns its output; it
+// must be refused: exit with ExitError within 30 s (a tray that starts
+// instead is killed then, and fails the test).
 func runSecond(t *testing.T, env []string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append(args, "--port", "0", "--keychain", "file")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], append(args, "--port", "0", "--keychain", "file")...)
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the second tray was not refused: still running after 30 s\n%s", out)
+	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != app.ExitError {
 		t.Fatalf("second start: %v, want exit %d\n%s", err, app.ExitError, out)
