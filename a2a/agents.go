@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -126,8 +127,14 @@ type AgentsOptions struct {
 	// Peers lists paired peers; nil means none.
 	Peers PeerSource
 	// Transport for external agents; nil is a fresh transport with bounded
-	// dial, TLS and header waits and the environment's proxy.
+	// dial, TLS and header waits, and the environment's proxy for https
+	// agents only.
 	Transport http.RoundTripper
+	// IsTailnetAddr reports whether an address is a tailnet peer's, as
+	// this node's tailnet sees it (app: the mesh's Tailscale state); plain
+	// http to an external agent is accepted only there and on loopback
+	// (CheckAgentURL). nil: loopback only.
+	IsTailnetAddr func(netip.Addr) bool
 	// MaxAgents bounds external agents (default 64).
 	MaxAgents int
 	// CardTTL, PeerCardTTL: see DefaultCardTTL, DefaultPeerCardTTL.
@@ -657,7 +664,7 @@ func normalizeToken(tok string) (string, error) {
 // goes to the keychain (agent/<id>) and the record to the agents file.
 // Re-adding without a token keeps the token kept before.
 func (a *Agents) Add(ctx context.Context, rawURL, token string) (Agent, error) {
-	u, err := CheckAgentURL(rawURL)
+	u, err := CheckAgentURL(rawURL, a.o.IsTailnetAddr)
 	if err != nil {
 		return Agent{}, fmt.Errorf("%w: %v", ErrInvalidInput, err)
 	}
@@ -937,7 +944,7 @@ func (a *Agents) refreshExternal(ctx context.Context, id string) error {
 	if r == nil {
 		return &AgentError{Agent: id, Kind: ErrAgentUnknown, Detail: fmt.Sprintf("no agent %q", id)}
 	}
-	u, err := CheckAgentURL(raw)
+	u, err := CheckAgentURL(raw, a.o.IsTailnetAddr)
 	var card CardInfo
 	if err != nil {
 		err = &AgentError{Agent: id, Kind: ErrCardInvalid, Detail: fmt.Sprintf("agent %q: %v", id, err)}
@@ -985,8 +992,9 @@ func (a *Agents) refreshPeer(ctx context.Context, p PeerAgent) error {
 	var base string
 	err = &AgentError{Agent: p.Name, Kind: ErrAgentUnreachable, Detail: fmt.Sprintf("device %q has no known address", p.Name)}
 	for _, b := range p.URLs {
-		u, perr := url.Parse(b)
-		if perr != nil || u.Host == "" {
+		u, perr := CheckAgentURL(b, a.o.IsTailnetAddr)
+		if perr != nil {
+			a.log.Debug("peer address skipped", "device", shortDevice(p.DeviceID), "err", perr)
 			continue
 		}
 		raw, ferr := fetchCard(ctx, hc, cardURL(u))

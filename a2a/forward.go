@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -39,8 +40,11 @@ const (
 type ForwardOptions struct {
 	// URL is the upstream agent: its base URL (the card is at CardPath
 	// below it) or its card's URL. CheckAgentURL's rules apply (https, or
-	// http to loopback or tailnet addresses).
+	// http to loopback or, with IsTailnetAddr, a tailnet peer's address).
 	URL string
+	// IsTailnetAddr: see AgentsOptions.IsTailnetAddr; nil means plain
+	// http to loopback only.
+	IsTailnetAddr func(netip.Addr) bool
 	// Token returns the bearer token for the upstream, read at each turn;
 	// nil, or "", sends none.
 	Token func() string
@@ -131,7 +135,7 @@ var (
 // NewForwardExecutor returns a forward executor for o.URL; the upstream
 // need not be up yet (its card is fetched at the first task).
 func NewForwardExecutor(o ForwardOptions) (*ForwardExecutor, error) {
-	u, err := CheckAgentURL(o.URL)
+	u, err := CheckAgentURL(o.URL, o.IsTailnetAddr)
 	if err != nil {
 		return nil, fmt.Errorf("a2a.forward.url: %w", err)
 	}
@@ -318,10 +322,22 @@ func (f *ForwardExecutor) label() string { return "the agent this device forward
 // log gets the whole error and the upstream URL.
 func (f *ForwardExecutor) callerError(task a2a.TaskID, err error) string {
 	f.log.Warn("forwarded task failed", "task", task, "upstream", f.u.Redacted(), "err", err)
-	if errors.Is(err, ErrAgentUnauthorized) {
+	switch {
+	case errors.Is(err, ErrAgentUnauthorized):
 		return "the agent this device forwards to refused its token; the owner of this device sets one with `meshtray forward token`"
+	case errors.Is(err, ErrCardInvalid), errors.Is(err, ErrCardUnpublished):
+		// Their details name the card's URL.
+		return "the agent this device forwards to has no usable agent card; the owner of this device sees why with `meshtray forward check`"
 	}
-	return err.Error()
+	// Causes are already free of *url.Error URLs (causeText); an address
+	// the upstream's own text may repeat is masked too.
+	msg := err.Error()
+	for _, h := range []string{f.u.Host, f.u.Hostname()} {
+		if h != "" {
+			msg = strings.ReplaceAll(msg, h, "[upstream]")
+		}
+	}
+	return msg
 }
 
 // open returns a remote for the upstream, its card verified within CardTTL.

@@ -431,7 +431,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		o.finish(e, err, got, isNew)
 		if !got {
 			if err == nil {
-				err = classify(rem.name, rem.peer, errors.New("the agent answered nothing"))
+				err = rem.classify(errors.New("the agent answered nothing"))
 			}
 			first <- err
 		}

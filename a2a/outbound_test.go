@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,29 +29,39 @@ import (
 
 func TestCheckAgentURL(t *testing.T) {
 	t.Parallel()
+	// The node's tailnet knows one peer; 100.64.0.0/10 alone is also
+	// carrier-grade NAT (RFC 6598) and proves nothing.
+	peer := netip.MustParseAddr("100.101.102.103")
+	isTailnet := func(a netip.Addr) bool { return a == peer }
 	for _, tc := range []struct {
-		url string
-		ok  bool
+		url     string
+		ok      bool
+		tailnet bool // ok only with the tailnet hook
 	}{
-		{"https://agent.example.com", true},
-		{"https://agent.example.com:8443/a2a", true},
-		{"http://127.0.0.1:9999", true},
-		{"http://localhost:9999", true},
-		{"http://[::1]:9999", true},
-		{"http://100.101.102.103:9999", true},
-		{"http://[fd7a:115c:a1e0::1]:9999", true},
-		{"http://192.168.1.20:9999", false}, // LAN in clear
-		{"http://agent.example.com", false},
-		{"ftp://agent.example.com", false},
-		{"https://user:pw@agent.example.com", false},
-		{"https://agent.example.com/?token=x", false},
-		{"https://agent.example.com/#x", false},
-		{"agent.example.com", false},
-		{"", false},
+		{"https://agent.example.com", true, false},
+		{"https://agent.example.com:8443/a2a", true, false},
+		{"http://127.0.0.1:9999", true, false},
+		{"http://localhost:9999", true, false},
+		{"http://[::1]:9999", true, false},
+		{"http://100.101.102.103:9999", true, true},
+		{"http://100.64.0.9:9999", false, false}, // CGNAT, not a peer
+		{"http://[fd7a:115c:a1e0::1]:9999", false, false},
+		{"http://192.168.1.20:9999", false, false}, // LAN in clear
+		{"http://agent.example.com", false, false},
+		{"ftp://agent.example.com", false, false},
+		{"https://user:pw@agent.example.com", false, false},
+		{"https://agent.example.com/?token=x", false, false},
+		{"https://agent.example.com/#x", false, false},
+		{"agent.example.com", false, false},
+		{"", false, false},
 	} {
-		_, err := CheckAgentURL(tc.url)
+		_, err := CheckAgentURL(tc.url, isTailnet)
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckAgentURL(%q) = %v, want ok=%v", tc.url, err, tc.ok)
+		}
+		_, err = CheckAgentURL(tc.url, nil)
+		if want := tc.ok && !tc.tailnet; (err == nil) != want {
+			t.Errorf("CheckAgentURL(%q, nil) = %v, want ok=%v", tc.url, err, want)
 		}
 	}
 }
@@ -84,7 +95,7 @@ func TestVerifyCard(t *testing.T) {
 		{"grpc only", func(c *a2a.AgentCard) { c.PreferredTransport = a2a.TransportProtocolGRPC }, "no JSON-RPC interface"},
 		{"other origin", func(c *a2a.AgentCard) { c.URL = "https://evil.example.net/a2a" }, "another origin"},
 		{"other port", func(c *a2a.AgentCard) { c.URL = "https://agent.example.com:8443/a2a" }, "another origin"},
-		{"downgrade to http", func(c *a2a.AgentCard) { c.URL = "http://agent.example.com/a2a" }, "in clear"},
+		{"downgrade to http", func(c *a2a.AgentCard) { c.URL = "http://agent.example.com/a2a" }, "another origin"},
 		{"no skills", func(c *a2a.AgentCard) { c.Skills = nil }, "no skills"},
 		{"skill without id", func(c *a2a.AgentCard) { c.Skills = []a2a.AgentSkill{{Name: "x"}} }, "no id"},
 	} {

@@ -2,6 +2,7 @@ package a2a
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 
+	"meshtray/nodes"
 	"meshtray/pairing"
 )
 
@@ -238,11 +241,12 @@ func cleanSnippet(b []byte) string {
 }
 
 // newExternalTransport is the transport for agents that are not paired
-// meshtray peers: system roots for TLS, the environment's proxy, bounded
-// dial, TLS handshake and response-header waits.
+// meshtray peers: system roots for TLS, the environment's proxy for https
+// only (agentProxy), bounded dial, TLS handshake and response-header
+// waits.
 func newExternalTransport() *http.Transport {
 	return &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
+		Proxy:                  agentProxy(http.ProxyFromEnvironment),
 		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ResponseHeaderTimeout:  HeaderTimeout,
@@ -252,16 +256,46 @@ func newExternalTransport() *http.Transport {
 	}
 }
 
+// agentProxy is proxy (the environment's, HTTPS_PROXY and friends) for
+// https requests only. A plain-http agent is one CheckAgentURL accepted
+// because the network path is private (loopback, a tailnet peer): sent
+// through a proxy, the token and the work would cross the network in
+// clear, so it is always called directly.
+func agentProxy(proxy func(*http.Request) (*url.URL, error)) func(*http.Request) (*url.URL, error) {
+	return func(r *http.Request) (*url.URL, error) {
+		if r.URL.Scheme != "https" {
+			return nil, nil
+		}
+		return proxy(r)
+	}
+}
+
 // noRedirects keeps the client from following redirects with a token: a
 // 3xx comes back as a response (and rpcTransport turns it into an error).
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // CheckAgentURL validates the address of an agent meshtray will send work
 // and a token to, and returns it parsed: https to any host, or plain http
-// only to a loopback host (localhost, 127.0.0.0/8, ::1) or a tailnet
-// address (100.64.0.0/10, fd7a:115c:a1e0::/48; WireGuard encrypts those),
-// never across a LAN in clear. No user info, query or fragment.
-func CheckAgentURL(raw string) (*url.URL, error) {
+// only to a loopback host (localhost, 127.0.0.0/8, ::1) or to an address
+// isTailnet reports as a tailnet peer's (WireGuard encrypts that path; an
+// address in 100.64.0.0/10 alone proves nothing, that range is also
+// carrier-grade NAT, RFC 6598). isTailnet nil means loopback only. Never
+// across a LAN in clear. No user info, query or fragment (parseAgentURL).
+func CheckAgentURL(raw string, isTailnet func(netip.Addr) bool) (*url.URL, error) {
+	u, err := parseAgentURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "http" && !clearTextOK(u.Hostname(), isTailnet) {
+		return nil, fmt.Errorf("plain http to %s would send the token and the work across the network in clear: "+
+			"use https, or a loopback address (or the tailnet address of a peer this device sees on its tailnet)", u.Hostname())
+	}
+	return u, nil
+}
+
+// parseAgentURL checks the form of an agent URL: absolute http or https,
+// at most 2048 bytes, no user info, query or fragment.
+func parseAgentURL(raw string) (*url.URL, error) {
 	if len(raw) > 2048 {
 		return nil, errors.New("the URL is longer than 2048 bytes")
 	}
@@ -273,23 +307,16 @@ func CheckAgentURL(raw string) (*url.URL, error) {
 		return nil, errors.New("the agent URL must not carry user info, a query or a fragment (a token goes in --token-stdin)")
 	}
 	switch u.Scheme {
-	case "https":
-	case "http":
-		if !clearTextOK(u.Hostname()) {
-			return nil, fmt.Errorf("plain http to %s would send the token and the work across the network in clear: "+
-				"use https, or a loopback or tailnet address", u.Hostname())
-		}
+	case "https", "http":
 	default:
-		return nil, fmt.Errorf("scheme %q: want https (or http to a loopback or tailnet address)", u.Scheme)
+		return nil, fmt.Errorf("scheme %q: want https (or http to a loopback or tailnet address)", truncate(u.Scheme, 20))
 	}
 	return u, nil
 }
 
-var tailnet4 = netip.MustParsePrefix("100.64.0.0/10")
-var tailnet6 = netip.MustParsePrefix("fd7a:115c:a1e0::/48")
-
-// clearTextOK reports hosts plain http may go to: loopback and tailnet.
-func clearTextOK(host string) bool {
+// clearTextOK reports hosts plain http may go to: loopback, and addresses
+// isTailnet vouches for.
+func clearTextOK(host string, isTailnet func(netip.Addr) bool) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
@@ -298,7 +325,7 @@ func clearTextOK(host string) bool {
 		return false
 	}
 	a = a.Unmap()
-	return a.IsLoopback() || tailnet4.Contains(a) || tailnet6.Contains(a)
+	return a.IsLoopback() || isTailnet != nil && isTailnet(a)
 }
 
 // origin is scheme://host:port of u with the default port spelled out, the
@@ -345,9 +372,10 @@ const (
 //   - name is not empty;
 //   - a JSON-RPC interface: url with preferredTransport JSONRPC (or none,
 //     which defaults to JSONRPC), or an additionalInterfaces entry with
-//     transport JSONRPC; its URL passes CheckAgentURL and has the same
-//     origin (scheme, host, port) as base, so a card can never send our
-//     token to another host;
+//     transport JSONRPC; its URL is an http(s) URL (parseAgentURL) with
+//     the same origin (scheme, host, port) as base, so a card can never
+//     send our token to another host (base is an address the caller
+//     checked: CheckAgentURL, or a paired peer's);
 //   - at least one skill, each with an id and a name (skills is required,
 //     a2a.json AgentCard).
 //
@@ -389,7 +417,7 @@ func VerifyCard(card *a2a.AgentCard, base *url.URL) (CardInfo, error) {
 		}
 		return bad("no JSON-RPC interface (preferredTransport %q, no JSONRPC entry in additionalInterfaces)", truncate(string(card.PreferredTransport), 20))
 	}
-	eu, err := CheckAgentURL(endpoint)
+	eu, err := parseAgentURL(endpoint)
 	if err != nil {
 		return bad("url %q: %v", truncate(endpoint, 100), err)
 	}
@@ -480,6 +508,7 @@ func fetchCard(ctx context.Context, hc *http.Client, cu *url.URL) (*a2a.AgentCar
 type remote struct {
 	name   string // display name
 	peer   bool   // a paired meshtray: errors speak of grants and pairing
+	token  string // the bearer token sent ("" for a peer: its transport adds the grant); redacted from errors
 	card   CardInfo
 	hc     *http.Client
 	client *a2aclient.Client
@@ -507,8 +536,11 @@ func newRemote(ctx context.Context, name string, peer bool, card CardInfo, rt ht
 		}
 		return nil, fmt.Errorf("a2a client for %s: %w", name, err)
 	}
-	return &remote{name: name, peer: peer, card: card, hc: hc, client: c, close: release}, nil
+	return &remote{name: name, peer: peer, token: token, card: card, hc: hc, client: c, close: release}, nil
 }
+
+// classify is the package classify for a call to r.
+func (r *remote) classify(err error) error { return classifyToken(r.name, r.peer, r.token, err) }
 
 // Close releases the remote's connections.
 func (r *remote) Close() {
@@ -520,10 +552,51 @@ func (r *remote) Close() {
 	}
 }
 
+// maxCause bounds the text of a cause an *AgentError carries (bytes).
+const maxCause = 300
+
+// causeText is what a person (the owner's log, a CLI, a forwarded task's
+// caller) reads of err, an error that may hold what an agent sent (a2a-go
+// embeds up to MaxResponseBytes of a body it cannot use): the URLs of
+// *url.Error dropped (an upstream's address is not the caller's business;
+// the owner's log has it from the configuration), token and anything
+// token-like redacted, one line with invisible characters escaped
+// (nodes.EscapeInvisible), at most maxCause bytes.
+func causeText(err error, token string) string {
+	s := truncate(stripURLs(err), 4096) // bound the work; a token is < 4 KiB
+	s = redact(s, token)
+	return truncate(nodes.EscapeInvisible(oneLineText(s)), maxCause)
+}
+
+// stripURLs is err's text with each *url.Error's `Op "URL"` reduced to Op
+// (net/http's "Post \"https://host/a2a/v1\": ..." becomes "Post: ...").
+func stripURLs(err error) string {
+	s := err.Error()
+	for e := err; e != nil; {
+		var ue *url.Error
+		if !errors.As(e, &ue) {
+			break
+		}
+		if ue.URL != "" {
+			s = strings.ReplaceAll(s, ue.Op+" "+strconv.Quote(ue.URL), ue.Op)
+			s = strings.ReplaceAll(s, ue.URL, "[url]")
+		}
+		e = ue.Err
+	}
+	return s
+}
+
 // classify turns an error of a call to the agent named name into an
 // *AgentError a person can act on. peer selects wording about grants and
-// pairing. Context cancellation is returned unchanged.
+// pairing. Every cause in the Detail goes through causeText. Context
+// cancellation is returned unchanged.
 func classify(name string, peer bool, err error) error {
+	return classifyToken(name, peer, "", err)
+}
+
+// classifyToken is classify for a call that sent token (redacted from the
+// detail if the agent echoes it).
+func classifyToken(name string, peer bool, token string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -537,6 +610,7 @@ func classify(name string, peer bool, err error) error {
 	mk := func(kind error, format string, args ...any) error {
 		return &AgentError{Agent: name, Kind: kind, Detail: fmt.Sprintf(format, args...), Err: err}
 	}
+	cause := func(e error) string { return causeText(e, token) }
 	what := "agent " + quote(name)
 	switch {
 	case peer:
@@ -546,11 +620,12 @@ func classify(name string, peer bool, err error) error {
 	}
 	var se *statusError
 	var a2aErr *a2a.Error
+	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.Is(err, pairing.ErrPinMismatch):
 		var pe *pairing.PinError
 		if errors.As(err, &pe) {
-			return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired: %v", what, pe)
+			return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired: %s", what, cause(pe))
 		}
 		return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired", what)
 	case errors.As(err, &se) && se.Code == http.StatusUnauthorized:
@@ -564,24 +639,26 @@ func classify(name string, peer bool, err error) error {
 	case errors.Is(err, a2a.ErrUnauthenticated): // a2a-go's -31401, with HTTP 200
 		return mk(ErrAgentUnauthorized, "%s refused our credentials (JSON-RPC -31401): the token was revoked or is wrong", what)
 	case errors.As(err, &se) && se.Code >= 500:
-		return mk(ErrAgentUnreachable, "%s failed: %v", what, se)
+		return mk(ErrAgentUnreachable, "%s failed: %s", what, cause(se))
 	case errors.As(err, &se):
-		return mk(ErrAgentRefused, "%s refused the request: %v", what, se)
+		return mk(ErrAgentRefused, "%s refused the request: %s", what, cause(se))
 	case errors.Is(err, ErrCardUnpublished):
 		if peer {
 			return mk(ErrCardUnpublished, "%s has not published its A2A agent card (A2A is off there; its owner turns it on with `meshtray a2a on`)", what)
 		}
-		return mk(ErrCardUnpublished, "%s: %v", what, err)
+		return mk(ErrCardUnpublished, "%s: %s", what, cause(err))
 	case errors.Is(err, ErrCardInvalid):
-		return mk(ErrCardInvalid, "%s: %v", what, err)
+		return mk(ErrCardInvalid, "%s: %s", what, cause(err))
 	case errors.As(err, &a2aErr):
-		return mk(ErrAgentRefused, "%s answered: %s", what, a2aErr.Error())
+		return mk(ErrAgentRefused, "%s answered: %s", what, cause(a2aErr))
 	case errors.Is(err, errTooLarge):
 		return mk(ErrAgentMalformed, "%s sent a response over %d bytes", what, MaxResponseBytes)
+	case errors.As(err, &certErr):
+		return mk(ErrAgentUnreachable, "%s presented a TLS certificate this device does not trust: %s", what, cause(certErr.Err))
 	case isUnreachable(err):
-		return mk(ErrAgentUnreachable, "%s is unreachable: %s", what, netCause(err))
+		return mk(ErrAgentUnreachable, "%s is unreachable: %s", what, cause(errors.New(netCause(err))))
 	}
-	return mk(ErrAgentMalformed, "%s sent a malformed response: %v", what, err)
+	return mk(ErrAgentMalformed, "%s sent a malformed response: %s", what, cause(err))
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
@@ -628,7 +705,7 @@ func netCause(err error) string {
 	if errors.As(err, &op) && op.Err != nil {
 		return op.Op + ": " + op.Err.Error()
 	}
-	return err.Error()
+	return stripURLs(err)
 }
 
 // transient reports errors worth retrying a poll for.
@@ -697,18 +774,18 @@ func (r *remote) exchange(ctx context.Context, params *a2a.MessageSendParams, st
 					streamErr = errors.New("the stream sent no task id")
 				}
 			}
-			return classify(r.name, r.peer, streamErr)
+			return r.classify(streamErr)
 		}
 		if streamErr != nil {
-			if c := classify(r.name, r.peer, streamErr); !transient(c) {
+			if c := r.classify(streamErr); !transient(c) {
 				return c
 			}
 		}
-		log.Debug("stream ended early; polling the task", "task", taskID, "err", streamErr)
+		log.Debug("stream ended early; polling the task", "task", taskID, "err", causeText(streamErr, r.token))
 	} else {
 		res, err := r.client.SendMessage(ctx, params)
 		if err != nil {
-			return classify(r.name, r.peer, err)
+			return r.classify(err)
 		}
 		switch v := res.(type) {
 		case *a2a.Message:
@@ -716,7 +793,7 @@ func (r *remote) exchange(ctx context.Context, params *a2a.MessageSendParams, st
 			return nil
 		case *a2a.Task:
 			if v.ID == "" {
-				return classify(r.name, r.peer, errors.New("the answer is a task without an id"))
+				return r.classify(errors.New("the answer is a task without an id"))
 			}
 			on(v)
 			if settled(v.Status.State) {
@@ -724,7 +801,7 @@ func (r *remote) exchange(ctx context.Context, params *a2a.MessageSendParams, st
 			}
 			taskID = v.ID
 		default:
-			return classify(r.name, r.peer, fmt.Errorf("unexpected answer %T", res))
+			return r.classify(fmt.Errorf("unexpected answer %T", res))
 		}
 	}
 	return r.poll(ctx, taskID, on)
@@ -748,7 +825,7 @@ func (r *remote) poll(ctx context.Context, id a2a.TaskID, on func(a2a.Event)) er
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			c := classify(r.name, r.peer, err)
+			c := r.classify(err)
 			if fails++; !transient(c) || fails >= pollFailures {
 				return c
 			}
@@ -787,7 +864,7 @@ func sameMessage(a, b *a2a.Message) bool {
 func (r *remote) cancel(ctx context.Context, id a2a.TaskID) (*a2a.Task, error) {
 	t, err := r.client.CancelTask(ctx, &a2a.TaskIDParams{ID: id})
 	if err != nil {
-		return nil, classify(r.name, r.peer, err)
+		return nil, r.classify(err)
 	}
 	return t, nil
 }
