@@ -125,6 +125,15 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+func rangeArgs(min, max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.RangeArgs(min, max)(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
@@ -235,6 +244,7 @@ func (c *cli) runNode(cmd *cobra.Command, tray bool) error {
 	}
 	level, _ := ParseLogLevel(cfg.LogLevel)
 	out := c.opts.Stderr
+	var logFile *os.File
 	if tray && c.opts.RunTray != nil {
 		// A tray app's stderr goes nowhere a person looks: keep a log file
 		// too ("Open log folder" in the menu).
@@ -243,10 +253,14 @@ func (c *cli) runNode(cmd *cobra.Command, tray bool) error {
 			fmt.Fprintln(c.opts.Stderr, "meshtray: no log file:", err)
 		} else {
 			defer f.Close()
+			logFile = f
 			out = io.MultiWriter(c.opts.Stderr, f)
 		}
 	}
 	logger := NewLogger(out, level)
+	if logFile != nil {
+		cfg.LogFile = logFile.Name()
+	}
 	n, err := NewNode(cfg, logger)
 	if err != nil {
 		return err
@@ -270,9 +284,12 @@ func (c *cli) call(cmd *cobra.Command, method, path string, in, out any) error {
 	return cl.Do(ctx, method, path, in, out)
 }
 
+// printJSON prints v indented, as written: no HTML escaping (\u0026 for &
+// in a pairing URL helps no terminal or script).
 func (c *cli) printJSON(v any) error {
 	enc := json.NewEncoder(c.opts.Stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 
@@ -329,6 +346,9 @@ func (c *cli) statusCommand() *cobra.Command {
 			}
 			fmt.Fprintf(w, "approvals\t%d pending\n", st.PendingApprovals)
 			fmt.Fprintf(w, "peers\t%d online\n", st.OnlinePeers)
+			if st.LogDir != "" {
+				fmt.Fprintf(w, "logs\t%s\n", st.LogDir)
+			}
 			return w.Flush()
 		},
 	}
@@ -345,16 +365,19 @@ func onOff(b bool) string {
 
 func (c *cli) a2aCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "a2a on|off|status",
-		Short: "Publish or withdraw this device's A2A Agent Card",
+		Use:   "a2a [on|off|status]",
+		Short: "Publish or withdraw this device's A2A Agent Card; no argument shows it",
 		Long: `Publishing serves the Agent Card at /.well-known/agent-card.json so other
 agents can find this device; it grants nothing: every A2A call still needs a
 grant with scope agent, and each delegation is approved by you.`,
-		Args:      exactArgs(1),
+		Args:      rangeArgs(0, 1),
 		ValidArgs: []string{"on", "off", "status"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st A2AStatus
 			var err error
+			if len(args) == 0 {
+				args = []string{"status"}
+			}
 			switch args[0] {
 			case "on", "off":
 				err = c.call(cmd, http.MethodPost, "/a2a/status", map[string]bool{"enabled": args[0] == "on"}, &st)
@@ -383,12 +406,15 @@ grant with scope agent, and each delegation is approved by you.`,
 
 func (c *cli) lanCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "lan on|off|status",
-		Short: "Make this device reachable on the local network (HTTPS + mDNS) or not",
-		Args:  exactArgs(1),
+		Use:   "lan [on|off|status]",
+		Short: "Make this device reachable on the local network (HTTPS + mDNS) or not; no argument shows it",
+		Args:  rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st Settings
 			var err error
+			if len(args) == 0 {
+				args = []string{"status"}
+			}
 			switch args[0] {
 			case "on", "off":
 				on := args[0] == "on"
@@ -647,7 +673,7 @@ func (c *cli) approveCommand() *cobra.Command {
 	var always bool
 	cmd := &cobra.Command{
 		Use:   "approve ID [--scopes agent,node] [--always]",
-		Short: "Approve a pending request",
+		Short: "Approve a pending request and say what it granted",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d := ApprovalDecision{Decision: DecisionApprove, Always: always}
@@ -658,16 +684,57 @@ func (c *cli) approveCommand() *cobra.Command {
 				}
 				d.Scopes = sc
 			}
-			if err := c.call(cmd, http.MethodPost, "/approvals/"+pathEscape(args[0]), d, nil); err != nil {
+			a, err := c.pendingApproval(cmd, args[0])
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.opts.Stdout, "approved %s\n", args[0])
+			if d.Always && a.Kind != KindDelegation {
+				return usageError{fmt.Errorf("--always is for delegations (it lets every later delegation of that device run unasked); %s is a %s request", a.ID, a.Kind)}
+			}
+			if len(d.Scopes) > 0 && a.Kind != KindPairing {
+				return usageError{fmt.Errorf("--scopes is for pairing requests; %s is a %s request", a.ID, a.Kind)}
+			}
+			if err := c.call(cmd, http.MethodPost, "/approvals/"+pathEscape(a.ID), d, nil); err != nil {
+				return err
+			}
+			out := c.opts.Stdout
+			from := oneLine(a.Peer, 64)
+			switch a.Kind {
+			case KindPairing:
+				granted := d.Scopes
+				if len(granted) == 0 {
+					granted = defaultPairingScopes(a.Scopes)
+				}
+				fmt.Fprintf(out, "approved %s: paired with %s, granted %s\n", a.ID, from, granted)
+			case KindDelegation:
+				fmt.Fprintf(out, "approved %s: delegation from %s: %s\n", a.ID, from, oneLine(a.Summary, 120))
+				if d.Always {
+					fmt.Fprintf(out, "every later delegation from %s runs without asking (meshtray grant set %s --approval ask undoes it)\n", from, a.GrantID)
+				}
+			default:
+				fmt.Fprintf(out, "approved %s: %s from %s: %s\n", a.ID, a.Kind, from, oneLine(a.Summary, 120))
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&scopes, "scopes", "", "pairing: scopes to grant (agent, node, full; default: those requested, never full)")
 	cmd.Flags().BoolVar(&always, "always", false, "delegations: always allow from this device from now on")
 	return cmd
+}
+
+// pendingApproval returns the pending approval id (404 as an APIError when
+// none is pending with that id).
+func (c *cli) pendingApproval(cmd *cobra.Command, id string) (Approval, error) {
+	var as []Approval
+	if err := c.call(cmd, http.MethodGet, "/approvals", nil, &as); err != nil {
+		return Approval{}, err
+	}
+	for _, a := range as {
+		if a.ID == id {
+			return a, nil
+		}
+	}
+	return Approval{}, &APIError{Status: http.StatusNotFound, Message: fmt.Sprintf("%v: %s (meshtray approvals lists them)", ErrNoApproval, id)}
 }
 
 func (c *cli) denyCommand() *cobra.Command {

@@ -15,6 +15,8 @@ import (
 	"github.com/skip2/go-qrcode"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"meshtray/pairing"
 )
 
 func (c *cli) pairCommand() *cobra.Command {
@@ -33,8 +35,16 @@ approve, keeps the grant it receives in the keychain and, with --give, gives
 that device a grant back (mutual pairing).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if join != "" {
+			if cmd.Flags().Changed("join") {
+				if strings.TrimSpace(join) == "" {
+					return usageError{errors.New("--join needs the pairing URL the other device shows (https://host:port/pair#c=CODE&fp=FP)")}
+				}
 				return c.pairJoin(cmd, JoinRequest{URL: join, Code: code, FP: fp}, ask, give)
+			}
+			for _, f := range []string{"code", "fp", "ask", "give"} {
+				if cmd.Flags().Changed(f) {
+					return usageError{fmt.Errorf("--%s goes with --join", f)}
+				}
 			}
 			return c.pairStart(cmd, noWait)
 		},
@@ -46,7 +56,7 @@ that device a grant back (mutual pairing).`,
 	f.StringVar(&ask, "ask", "agent,node", "with --join: scopes to ask for (the other owner decides)")
 	f.StringVar(&give, "give", "agent", `with --join: scopes to give the other device back ("none": a one-way pairing)`)
 	f.BoolVar(&noWait, "no-wait", false, "print the code and exit without waiting for the claim")
-	c.jsonFlag(cmd)
+	f.BoolVar(&c.asJSON, "json", false, "print JSON for scripts: without --join, {url, urls, code, fingerprint, expires} at once, without waiting for a claim (decide it with meshtray approvals/approve); with --join, the result")
 	return cmd
 }
 
@@ -89,22 +99,82 @@ func (c *cli) pairStart(cmd *cobra.Command, noWait bool) error {
 		return nil
 	}
 	fmt.Fprintln(out, "\nWaiting for a device to claim the code (Ctrl-C to stop)…")
-	ctx, cancel := context.WithDeadline(ctx, ps.Expires)
-	defer cancel()
-	return c.awaitPairingClaims(ctx, cl)
+	return c.awaitPairingClaims(ctx, cl, ps.Expires)
+}
+
+// grantIDs is the set of grants this device issued, by ID.
+func grantIDs(ctx context.Context, cl *Client) (map[string]bool, error) {
+	var d Devices
+	if err := cl.Do(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(d.Issued))
+	for _, g := range d.Issued {
+		out[g.ID] = true
+	}
+	return out, nil
+}
+
+// pairedGrant looks for the grant a decided pairing request a produced: a
+// grant issued since before (by ID) to a's device ID, or, for a phone
+// (no device ID), under a's name.
+func pairedGrant(ctx context.Context, cl *Client, a Approval, before map[string]bool) (pairing.Grant, bool, error) {
+	var d Devices
+	if err := cl.Do(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+		return pairing.Grant{}, false, err
+	}
+	for _, g := range d.Issued {
+		if before[g.ID] {
+			continue
+		}
+		if (a.DeviceID != "" && g.PeerID == a.DeviceID) || (a.DeviceID == "" && g.PeerID == "" && g.Name == a.Peer) {
+			return g, true, nil
+		}
+	}
+	return pairing.Grant{}, false, nil
 }
 
 // awaitPairingClaims shows each pairing request as it arrives and, on a
-// terminal, asks the owner to approve it here.
-func (c *cli) awaitPairingClaims(ctx context.Context, cl *Client) error {
-	seen := map[string]bool{}
-	changed := make(chan struct{}, 1)
-	go cl.Events(ctx, func(ts []EventType) {
-		select {
-		case changed <- struct{}{}:
-		default:
+// terminal, asks the owner to approve it here; elsewhere it says how to
+// decide (meshtray approve/deny) and notices the decision: the request
+// leaves the approvals queue, and the devices list has its new grant
+// (paired) or not (denied, or expired undecided). It returns when a claim
+// was decided, the code expired (error), or ctx ended (Ctrl-C: it says it
+// stopped).
+func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires time.Time) error {
+	ctx, cancel := context.WithDeadline(parent, expires)
+	defer cancel()
+	ended := func() error {
+		if parent.Err() != nil {
+			return &exitError{code: ExitError, msg: fmt.Sprintf("stopped waiting; the code stays valid until %s (meshtray approvals shows a claim made meanwhile)", expires.Local().Format("15:04:05"))}
 		}
-	})
+		return errors.New("the pairing code expired; start again with `meshtray pair`")
+	}
+	before, err := grantIDs(ctx, cl)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ended()
+		}
+		return err
+	}
+	seen := map[string]bool{}
+	waiting := map[string]Approval{} // shown, decided elsewhere
+	changed := make(chan struct{}, 1)
+	evCtx, stopEvents := context.WithCancel(ctx)
+	evDone := make(chan struct{})
+	go func() {
+		defer close(evDone)
+		cl.Events(evCtx, func(ts []EventType) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() {
+		stopEvents()
+		<-evDone
+	}()
 	interactive := false
 	if f, ok := c.opts.Stdin.(*os.File); ok {
 		interactive = term.IsTerminal(int(f.Fd()))
@@ -114,9 +184,43 @@ func (c *cli) awaitPairingClaims(ctx context.Context, cl *Client) error {
 		var as []Approval
 		if err := cl.Do(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
 			if ctx.Err() != nil {
-				return errors.New("the pairing code expired; start again with `meshtray pair`")
+				return ended()
 			}
 			return err
+		}
+		pending := map[string]bool{}
+		for _, a := range as {
+			pending[a.ID] = true
+		}
+		for id, a := range waiting {
+			if pending[id] {
+				continue
+			}
+			delete(waiting, id)
+			// Decided: the grant is issued as the approval leaves the
+			// queue; look once more after the next change if not yet.
+			g, ok, err := pairedGrant(ctx, cl, a, before)
+			if err == nil && !ok {
+				select {
+				case <-changed:
+				case <-time.After(3 * time.Second):
+				case <-ctx.Done():
+				}
+				g, ok, err = pairedGrant(ctx, cl, a, before)
+			}
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return ended()
+			case err != nil:
+				return err
+			case ok:
+				fmt.Fprintf(c.opts.Stdout, "Paired with %s: granted %s.\n", oneLine(a.Peer, 64), g.Scopes)
+				return nil
+			case !time.Now().Before(a.Expires):
+				return fmt.Errorf("the pairing request of %s expired undecided; start again with `meshtray pair`", oneLine(a.Peer, 64))
+			default:
+				return &exitError{code: ExitError, msg: fmt.Sprintf("pairing with %s denied", oneLine(a.Peer, 64))}
+			}
 		}
 		for _, a := range as {
 			if a.Kind != KindPairing || seen[a.ID] {
@@ -130,6 +234,7 @@ func (c *cli) awaitPairingClaims(ctx context.Context, cl *Client) error {
 			}
 			if !interactive {
 				fmt.Fprintf(c.opts.Stdout, "Approve with:  meshtray approve %s [--scopes agent,node]\nDeny with:     meshtray deny %s\n", a.ID, a.ID)
+				waiting[a.ID] = a
 				continue
 			}
 			scopes := defaultPairingScopes(a.Scopes)
@@ -149,17 +254,21 @@ func (c *cli) awaitPairingClaims(ctx context.Context, cl *Client) error {
 				d = ApprovalDecision{Decision: DecisionApprove, Scopes: sc}
 			}
 			if err := cl.Do(ctx, http.MethodPost, "/approvals/"+pathEscape(a.ID), d, nil); err != nil {
+				if ctx.Err() != nil {
+					return ended()
+				}
 				return err
 			}
 			if d.Approved() {
-				fmt.Fprintf(c.opts.Stdout, "Paired with %s (%s).\n", a.Peer, d.Scopes)
+				fmt.Fprintf(c.opts.Stdout, "Paired with %s: granted %s.\n", oneLine(a.Peer, 64), d.Scopes)
 				return nil
 			}
-			fmt.Fprintln(c.opts.Stdout, "Denied.")
+			// The code was used by this claim: nothing else can come.
+			return &exitError{code: ExitError, msg: fmt.Sprintf("pairing with %s denied", oneLine(a.Peer, 64))}
 		}
 		select {
 		case <-ctx.Done():
-			return errors.New("the pairing code expired; start again with `meshtray pair`")
+			return ended()
 		case <-changed:
 		case <-time.After(5 * time.Second):
 		}
@@ -167,7 +276,13 @@ func (c *cli) awaitPairingClaims(ctx context.Context, cl *Client) error {
 }
 
 func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) error {
-	var err error
+	_, urlCode, _, err := pairing.ParsePairURL(req.URL)
+	if err != nil {
+		return usageError{fmt.Errorf("--join: %w", err)}
+	}
+	if urlCode == "" && strings.TrimSpace(req.Code) == "" {
+		return usageError{errors.New("the URL has no pairing code (#c=CODE): give the code the other device shows with --code CODE")}
+	}
 	if req.Ask, err = parseScopes(ask); err != nil {
 		return usageError{fmt.Errorf("--ask: %w", err)}
 	}

@@ -49,6 +49,10 @@ type Config struct {
 	A2A   A2AConfig   `toml:"a2a" json:"a2a"`
 	Nodes NodesConfig `toml:"nodes" json:"nodes"`
 
+	// LogFile is the file the node's log also goes to (the tray app's);
+	// "" when it logs to stderr only (serve). Status reports its dir.
+	LogFile string `toml:"-" json:"-"`
+
 	// keychainFromFile records that the config file (not a flag) chose the
 	// keychain backend; see the --keychain rule in Open.
 	keychainFromFile bool

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -170,8 +171,22 @@ func (n *Node) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// marshalJSON is json.Marshal without HTML escaping: the control API's
+// answers are read by the CLI, the UI and scripts, never embedded in HTML,
+// and \u0026 for & in a pairing URL only gets in the way. It ends with a
+// newline.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalJSON(v)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
@@ -179,15 +194,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b)
 }
 
 func writeError(w http.ResponseWriter, status int, err error) {
-	b, _ := json.Marshal(map[string]string{"error": err.Error()})
+	b, _ := marshalJSON(map[string]string{"error": err.Error()})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	w.Write(b)
 }
 
 // readJSON decodes a bounded JSON body into v; on failure it answers 400

@@ -624,7 +624,7 @@ func (n *Node) Status() Status {
 		Version:          Version,
 		PID:              os.Getpid(),
 		StateDir:         n.cfg.StateDir,
-		LogDir:           filepath.Join(n.cfg.StateDir, logDir),
+		LogDir:           logDirOf(n.cfg.LogFile),
 		A2A:              n.A2AStatus(),
 		LAN:              n.disc.LAN(),
 		Tailscale:        n.disc.TailscaleState().String(),
@@ -633,6 +633,14 @@ func (n *Node) Status() Status {
 		OnlinePeers:      online,
 		OutboundWaiting:  n.outboundWaiting(),
 	}
+}
+
+// logDirOf is the dir of the node's log file, "" when it writes none.
+func logDirOf(file string) string {
+	if file == "" {
+		return ""
+	}
+	return filepath.Dir(file)
 }
 
 // A2AStatus reports the A2A surface.

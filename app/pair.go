@@ -196,6 +196,7 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	send := func(ev JoinEvent) {
 		enc.Encode(ev)
 		if fl != nil {

@@ -277,14 +277,17 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// writeJSON writes v as JSON with status; responses are never cached
-// (they may carry a token once).
+// writeJSON writes v as JSON with status, as written (no HTML escaping:
+// the answer is JSON, never HTML); responses are never cached (they may
+// carry a token once).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }
 
 // HTTPStatus maps this package's errors to HTTP statuses, for handlers at
