@@ -216,7 +216,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Manifest:             n.registry,
 		MaxTasks:             cfg.A2A.MaxTasks,
 		MaxLiveTasksPerOwner: cfg.A2A.MaxLivePerGrant,
-		Logger:               n.log.With("pkg", "a2a"),
+		// A2A off means off: the JSON-RPC endpoint is absent (404) like the
+		// card, and switching it off ends the live tasks.
+		RequirePublished: true,
+		Logger:           n.log.With("pkg", "a2a"),
 	})
 	n.agent.SetPublished(settings.A2AEnabled)
 	n.attachDelegation()
