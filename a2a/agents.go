@@ -539,9 +539,22 @@ type target struct {
 	id   string
 }
 
-// resolve finds the agent ref names: an external agent's id, a peer's
-// device ID (any accepted form, or a prefix of at least 7 characters), or
-// an agent's name (case-insensitive) when exactly one has it.
+// MinDevicePrefix is the shortest device ID prefix that names a paired
+// device (the Short form; 7 base32 characters, 35 bits).
+const MinDevicePrefix = 7
+
+// resolve finds the agent ref names, most specific first:
+//
+//  1. a full device ID (any form pairing.ParseDeviceID accepts): that
+//     paired device (or the revoked one), and nothing else: a device ID is
+//     a hash of the device's certificate, so no name can take it;
+//  2. an external agent's URL, as added;
+//  3. else everything ref could mean: an external agent's id, a device ID
+//     prefix of at least MinDevicePrefix characters, an agent's name
+//     (case-insensitive; a revoked peer's only when nothing else matches).
+//     One agent: it. Several: ErrInvalidInput listing each with what names
+//     it alone, so an agent whose id or card name equals a paired device's
+//     name never captures it.
 func (a *Agents) resolve(ref string) (target, error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
@@ -550,62 +563,96 @@ func (a *Agents) resolve(ref string) (target, error) {
 	peers := a.peerList()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r, ok := a.ext[ref]; ok {
-		return target{ext: r, id: r.ID}, nil
+	unknown := func() (target, error) {
+		return target{}, &AgentError{Agent: ref, Kind: ErrAgentUnknown,
+			Detail: fmt.Sprintf("no agent %q: see `meshtray agents list` (paired devices that publish A2A, and agents added with `meshtray agents add URL`)", truncate(ref, 64))}
 	}
-	// Device ID, full or prefix.
-	norm := strings.ToUpper(strings.ReplaceAll(ref, "-", ""))
+
+	// 1. A full device ID.
 	if id, err := pairing.ParseDeviceID(ref); err == nil {
-		norm = strings.ReplaceAll(id.String(), "-", "")
+		full := id.String()
+		for i := range peers {
+			if peers[i].DeviceID == full {
+				return target{peer: &peers[i], id: full}, nil
+			}
+		}
+		if t, ok := a.tombs[full]; ok {
+			return target{tomb: &t, id: full}, nil
+		}
+		return unknown()
 	}
-	if len(norm) >= 7 {
-		var hits []target
+	// 2. An external agent's URL.
+	for _, r := range a.ext {
+		if strings.EqualFold(strings.TrimRight(ref, "/"), r.URL) {
+			return target{ext: r, id: r.ID}, nil
+		}
+	}
+	// 3. Ids, device ID prefixes, names.
+	var hits []target
+	add := func(t target) {
+		for _, h := range hits {
+			if h.id == t.id {
+				return
+			}
+		}
+		hits = append(hits, t)
+	}
+	if r, ok := a.ext[strings.ToLower(ref)]; ok {
+		add(target{ext: r, id: r.ID})
+	}
+	if norm := strings.ToUpper(strings.ReplaceAll(ref, "-", "")); len(norm) >= MinDevicePrefix {
 		for i := range peers {
 			if strings.HasPrefix(strings.ReplaceAll(peers[i].DeviceID, "-", ""), norm) {
-				hits = append(hits, target{peer: &peers[i], id: peers[i].DeviceID})
+				add(target{peer: &peers[i], id: peers[i].DeviceID})
 			}
 		}
 		for id, t := range a.tombs {
 			if strings.HasPrefix(strings.ReplaceAll(id, "-", ""), norm) {
-				hits = append(hits, target{tomb: &t, id: id})
+				add(target{tomb: &t, id: id})
 			}
 		}
-		if len(hits) == 1 {
-			return hits[0], nil
-		}
 	}
-	// Name.
-	var hits []target
-	var names []string
 	for i := range peers {
 		if strings.EqualFold(peers[i].Name, ref) {
-			hits = append(hits, target{peer: &peers[i], id: peers[i].DeviceID})
-			names = append(names, peers[i].DeviceID[:7])
+			add(target{peer: &peers[i], id: peers[i].DeviceID})
 		}
 	}
 	for _, r := range a.ext {
 		if r.Card != nil && strings.EqualFold(r.Card.Name, ref) {
-			hits = append(hits, target{ext: r, id: r.ID})
-			names = append(names, r.ID)
+			add(target{ext: r, id: r.ID})
 		}
 	}
 	if len(hits) == 0 {
 		for id, t := range a.tombs {
 			if strings.EqualFold(t.name, ref) {
-				hits = append(hits, target{tomb: &t, id: id})
-				names = append(names, id[:7])
+				add(target{tomb: &t, id: id})
 			}
 		}
 	}
 	switch len(hits) {
+	case 0:
+		return unknown()
 	case 1:
 		return hits[0], nil
-	case 0:
-		return target{}, &AgentError{Agent: ref, Kind: ErrAgentUnknown,
-			Detail: fmt.Sprintf("no agent %q: see `meshtray agents list` (paired devices that publish A2A, and agents added with `meshtray agents add URL`)", truncate(ref, 64))}
+	}
+	var names []string
+	for _, h := range hits {
+		switch {
+		case h.ext != nil:
+			name := h.ext.ID
+			if h.ext.Card != nil {
+				name = h.ext.Card.Name
+			}
+			names = append(names, fmt.Sprintf("agent %q at %s", truncate(name, 64), h.ext.URL))
+		case h.peer != nil:
+			names = append(names, fmt.Sprintf("paired device %q, %s", truncate(h.peer.Name, 64), shortDevice(h.id)))
+		default:
+			names = append(names, fmt.Sprintf("revoked device %q, %s", truncate(h.tomb.name, 64), shortDevice(h.id)))
+		}
 	}
 	slices.Sort(names)
-	return target{}, fmt.Errorf("%w: %q names %d agents (%s); use the id", ErrInvalidInput, truncate(ref, 64), len(hits), strings.Join(names, ", "))
+	return target{}, fmt.Errorf("%w: %q could mean %d agents (%s); name a device by its ID (at least %d characters) and an added agent by its URL",
+		ErrInvalidInput, truncate(ref, 64), len(hits), strings.Join(names, "; "), MinDevicePrefix)
 }
 
 func revokedError(id string, t tombstone) error {
@@ -621,7 +668,10 @@ func shortDevice(id string) string {
 	return id
 }
 
-// Get returns one agent by reference (see resolve).
+// Get returns one agent by reference: a full device ID, an added agent's
+// URL, else an added agent's id, a device ID prefix (at least
+// MinDevicePrefix characters) or a name; a reference that could mean two
+// agents is ErrInvalidInput naming them.
 func (a *Agents) Get(ref string) (Agent, error) {
 	t, err := a.resolve(ref)
 	if err != nil {

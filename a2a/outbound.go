@@ -136,8 +136,9 @@ func requestLine(in MessageInput) string {
 
 // DelegateRequest is one delegation (POST /a2a/outbound).
 type DelegateRequest struct {
-	// Agent names the agent: id, device ID (or a 7+ character prefix), or
-	// name (see Agents).
+	// Agent names the agent: a device ID (or a prefix of at least
+	// MinDevicePrefix characters), an added agent's URL or id, or a name;
+	// a reference that could mean two agents is refused (Agents.Get).
 	Agent string `json:"agent"`
 	MessageInput
 	// Stream: nil or true uses message/stream when the agent's card

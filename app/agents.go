@@ -514,6 +514,7 @@ func (n *Node) serveWatch(w http.ResponseWriter, r *http.Request, id string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	err := n.deleg.out.Watch(r.Context(), id, func(ev agent.OutboundEvent) error {
 		if err := enc.Encode(ev); err != nil {
 			return err

@@ -260,8 +260,11 @@ func (c *cli) delegateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delegate AGENT [TEXT] [--data JSON] [--file PATH] [--stream]",
 		Short: "Delegate work to an agent (a paired device or an added agent) and follow it",
-		Long: `Send a message to AGENT (an id, a device name or ID prefix, or an agent name
-from ` + "`meshtray agents`" + `) and follow the task it starts: status changes and
+		Long: `Send a message to AGENT and follow the task it starts. AGENT is, as
+` + "`meshtray agents`" + ` lists them: a paired device's ID (or its first 7 or more
+characters) or name, or an added agent's URL, id or name. A device ID always
+means that device; a name that could mean two agents is refused with both
+listed (name a device by its ID, an added agent by its URL). Status changes and
 artifacts are printed as they arrive (a progress line on a terminal while the
 agent works). The node sends and follows the task (it holds the grants and
 tokens); Ctrl-C stops watching, not the task: see ` + "`meshtray outbound`" + `.
@@ -508,6 +511,7 @@ func (c *cli) followRequest(cmd *cobra.Command, method, path string, body any, d
 	p := newTaskPrinter(c.opts.Stdout, c.opts.Stderr, tty)
 	defer p.finish()
 	enc := json.NewEncoder(c.opts.Stdout)
+	enc.SetEscapeHTML(false)
 	dec := json.NewDecoder(resp.Body)
 	var last *agent.OutboundTask
 	for {
@@ -575,14 +579,17 @@ func exitFor(t *agent.OutboundTask) error {
 // taskPrinter renders a followed task for a person: status lines and the
 // progress line on stderr, artifacts and the agent's final answer on
 // stdout. It prints each artifact part once, whether it arrives as an
-// event or in a task snapshot.
+// event or in a task snapshot, and a final answer that repeats an
+// artifact's text (an agent's one-line summary in both) is not printed
+// again.
 type taskPrinter struct {
 	out, errw io.Writer
 	tty       bool // stderr is a terminal: draw the progress line
 	shared    bool // stdout is that terminal too: end stdout's line before a status line
 
 	mu      sync.Mutex
-	printed map[string]int // parts printed per artifact
+	printed map[string]int              // parts printed per artifact
+	texts   map[string]*strings.Builder // text printed per artifact (the first maxEchoText bytes)
 	state   a2a.TaskState
 	msg     string
 	open    bool // stdout's last write did not end a line
@@ -595,7 +602,7 @@ type taskPrinter struct {
 }
 
 func newTaskPrinter(out, errw io.Writer, tty bool) *taskPrinter {
-	p := &taskPrinter{out: out, errw: errw, tty: tty, printed: map[string]int{}, since: time.Now()}
+	p := &taskPrinter{out: out, errw: errw, tty: tty, printed: map[string]int{}, texts: map[string]*strings.Builder{}, since: time.Now()}
 	if f, ok := out.(*os.File); ok && tty {
 		p.shared = term.IsTerminal(int(f.Fd()))
 	}
@@ -722,7 +729,7 @@ func (p *taskPrinter) status(st a2a.TaskState, msg string) {
 	p.clearLocked()
 	switch {
 	case st == a2a.TaskStateCompleted:
-		if msg != "" {
+		if msg != "" && !p.printedTextLocked(msg) {
 			p.endLineLocked()
 			fmt.Fprintln(p.out, outputText(p.out, msg))
 		}
@@ -759,12 +766,12 @@ func (p *taskPrinter) artifactLocked(a agent.OutboundArtifact, appended bool) {
 		case a2a.TextPart:
 			fmt.Fprint(p.out, outputText(p.out, v.Text))
 			p.open = !strings.HasSuffix(v.Text, "\n") && v.Text != ""
+			p.keepTextLocked(a.ID, v.Text)
 		case a2a.DataPart:
 			if p.open {
 				fmt.Fprintln(p.out)
 			}
-			b, _ := json.MarshalIndent(v.Data, "", "  ")
-			fmt.Fprintf(p.out, "%s\n", outputText(p.out, string(b)))
+			fmt.Fprintf(p.out, "%s\n", outputText(p.out, indentJSON(v.Data)))
 			p.open = false
 		case a2a.FilePart:
 			if p.open {
@@ -781,6 +788,49 @@ func (p *taskPrinter) artifactLocked(a agent.OutboundArtifact, appended bool) {
 		}
 	}
 	p.printed[a.ID] += len(a.Parts) // an open text line stays open: appended chunks continue it
+}
+
+// indentJSON is v as indented JSON for a person: "<", ">" and "&" as
+// they are (encoding/json would write \u003c).
+func indentJSON(v any) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// maxEchoText bounds the text kept per artifact to recognise a final
+// answer that repeats it.
+const maxEchoText = 64 << 10
+
+func (p *taskPrinter) keepTextLocked(id, text string) {
+	b := p.texts[id]
+	if b == nil {
+		if len(p.texts) >= 64 {
+			return
+		}
+		b = &strings.Builder{}
+		p.texts[id] = b
+	}
+	if b.Len()+len(text) <= maxEchoText {
+		b.WriteString(text)
+	}
+}
+
+// printedTextLocked reports whether msg is the text of an artifact already
+// printed (surrounding space aside).
+func (p *taskPrinter) printedTextLocked(msg string) bool {
+	msg = strings.TrimSpace(msg)
+	for _, b := range p.texts {
+		if strings.TrimSpace(b.String()) == msg {
+			return true
+		}
+	}
+	return false
 }
 
 // endLineLocked ends an open stdout line before more stdout.
