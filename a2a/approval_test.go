@@ -180,3 +180,26 @@ func TestCutSummaryIsNotConsent(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovedLineNamesFiles: the owner approves a call whose message
+// carries a file; the line names it, and the call is the one approved.
+func TestApprovedLineNamesFiles(t *testing.T) {
+	t.Parallel()
+	reg := &fakeRegistry{}
+	ap := newManualApprover()
+	env := newEnv(t, Options{Executor: NewNodeExecutor(reg, nil), Approver: ap})
+	msg := a2a.NewMessage(a2a.MessageRoleUser,
+		a2a.DataPart{Data: map[string]any{"capability": "system.notify", "params": map[string]any{"title": "hi"}}},
+		a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "invoice\u202efdp.exe"}, Bytes: "eA=="}})
+	go func() {
+		pa := ap.next(t)
+		if want := `system.notify {"title":"hi"} [file invoice\u202Efdp.exe]`; pa.Summary != want {
+			t.Errorf("approval line %q, want %q", pa.Summary, want)
+		}
+		pa.answer <- Decision{Approved: true, ByOwner: true}
+	}()
+	task := sendTask(t, context.Background(), env.client(t, tokA), msg)
+	if task.Status.State != a2a.TaskStateCompleted || !reg.lastCall().Approved {
+		t.Fatalf("task %s, call approved %v", task.Status.State, reg.lastCall().Approved)
+	}
+}

@@ -18,9 +18,13 @@
 //     (nodes.EscapeInvisible), naming the files a message carries.
 //   - Bounds: request body (1 MiB), store (512 tasks, oldest terminal
 //     evicted, never a live one), live tasks per owner (16), stored message
-//     bytes (64 MiB), turns per task (32), streams per task (8), artifacts
-//     per task (64), time a task waits for its caller (10 min, then
-//     canceled).
+//     and artifact bytes (64 MiB), turns per task (32), streams per task
+//     (8), artifacts per task (64) and their bytes (8 MiB), time a task
+//     waits for its caller (10 min, then canceled); outbound: the view
+//     (128 tasks), parts kept per task (1 MiB), time one delegation is
+//     followed (1 h).
+//   - JSON-RPC notifications (no id) get HTTP 204 and nothing is done
+//     (JSON-RPC 2.0 §4.1).
 //   - Errors: JSON-RPC 2.0 codes, A2A's -32001..-32007, and meshtray's
 //     -32010 (live-task cap), -32011 (store full), -32012 (unavailable),
 //     always with HTTP 200 and Content-Type application/json.

@@ -58,8 +58,9 @@ type NodeRegistry interface {
 // fails the task with its text; a canceled ctx ends it canceled.
 //
 // Approval: the engine shows the owner Summarize's text (nodes.Summarize
-// of the call: escaped, bounded). When the call finally made has exactly
-// that summary, the summary was not cut, and a person approved it
+// of the call, and the files the message carries: escaped, bounded). When
+// the call finally made has exactly that line, the line was not cut, and
+// a person approved it
 // (Execution.ApprovedSummary), the call is marked nodes.Call.Approved so a
 // capability under policy ask is not asked twice. A call whose params
 // changed since (input-required answers) is asked again; while it waits
@@ -90,26 +91,32 @@ type nodeCall struct {
 	Missing    []string // what the last input-required asked for
 }
 
-// callSummary is the one-line form of a call the owner approves:
-// nodes.Summarize of its params as JSON, so the delegation's approval and
-// the capability's own approval show the same line.
-func callSummary(name string, params map[string]any) string {
-	b, err := marshalJSON(params)
-	if err != nil {
-		return nodes.Summarize(name, nil)
-	}
-	return nodes.Summarize(name, b)
-}
-
-// Summarize implements Summarizer: the call a message names, or (naming
-// none) textSummary's line of the message.
+// Summarize implements Summarizer: the call a message names, as
+// nodes.Summarize writes it (the same line the capability's own approval
+// shows), followed by the files the message carries (callLine); or,
+// naming none, textSummary's line of the message.
 func (x *NodeExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) string {
 	var c nodeCall
 	_, ambiguous := x.parse(&c, msg, x.reg.Manifest())
 	if c.Capability != "" && !ambiguous {
-		return callSummary(c.Capability, c.Params)
+		params, _ := marshalJSON(c.paramsOrEmpty()) // a map from JSON always encodes
+		return callLine(nodes.Summarize(c.Capability, params), msg)
 	}
 	return textSummary(msg, "(no capability named)")
+}
+
+// callLine is a call's summary followed by the names of the files msg
+// carries ("[file a.pdf]"; the executor does not use them, but the owner
+// sees everything the message brings), bounded like every summary.
+func callLine(call string, msg *a2a.Message) string {
+	var b strings.Builder
+	b.WriteString(call)
+	for _, p := range msg.Parts {
+		if fp, ok := p.(a2a.FilePart); ok {
+			b.WriteString(" [file " + fileName(fp) + "]")
+		}
+	}
+	return boundSummary(b.String())
 }
 
 // Execute implements Executor.
@@ -153,6 +160,11 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 	c.Missing = nil
 
 	sum := nodes.Summarize(capb.Name, params)
+	// The line the owner approved was made of the task's first message.
+	line := ""
+	if h := ex.History(); len(h) > 0 {
+		line = callLine(sum, h[0])
+	}
 	approved := ex.ApprovedSummary()
 	call := nodes.Call{
 		Capability: capb.Name,
@@ -160,7 +172,7 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 		Caller:     ex.Caller(),
 		// A cut summary hides the rest of the call: never take it as
 		// consent to what it hid.
-		Approved:   approved != "" && approved == sum && utf8.RuneCountInString(sum) < nodes.MaxSummaryRunes,
+		Approved:   approved != "" && approved == line && utf8.RuneCountInString(line) < nodes.MaxSummaryRunes,
 		OnAsk:      func() { ex.Working("waiting for the owner's approval of " + sum) },
 		OnApproved: func() { ex.Working("running " + capb.Name) },
 	}

@@ -302,6 +302,8 @@ func TestNodeExecutorSummarize(t *testing.T) {
 		{userMsg("device.info or system.run"), "device.info or system.run"},
 		{a2a.NewMessage(a2a.MessageRoleUser, a2a.FilePart{File: a2a.FileURI{URI: "file:///x"}}), "[file file:///x]"},
 		{a2a.NewMessage(a2a.MessageRoleUser), "(no capability named)"},
+		{a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"capability": "device.info"}},
+			a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "x.sh"}, Bytes: "eA=="}}), "device.info [file x.sh]"},
 		// What the owner approves shows control and bidi characters.
 		{dataMsg(map[string]any{"capability": "device.info\u202e\nsystem.run"}), `device.info\u202E\u000Asystem.run`},
 		{dataMsg(map[string]any{"capability": "system.notify", "params": map[string]any{"title": "a\u2066b<c>&"}}), `system.notify {"title":"a\u2066b<c>&"}`},
