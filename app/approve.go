@@ -33,11 +33,15 @@ func (a Approval) LogValue() slog.Value {
 // the approvals queue for policy ask.
 type taskApprover struct{ n *Node }
 
-var _ agent.QueueingApprover = taskApprover{}
+var _ agent.Approver = taskApprover{}
 
-// ReportsQueued: ApproveTask calls TaskApproval.Queued exactly when the
-// request goes to the approvals queue (policy ask), never for allow/deny.
-func (taskApprover) ReportsQueued() bool { return true }
+// ApproveTask calls TaskApproval.Queued exactly when the request goes to
+// the approvals queue (policy ask), never for allow/deny. It does not yet
+// say so (agent.QueueingApprover's ReportsQueued): the engine then adds a
+// second "submitted" status when a request is queued, and the phone page
+// lists it as a step of its own (TestPhonePairsOverLAN); until the page
+// folds repeated states, every task shows "waiting for approval" from its
+// creation, as before.
 
 func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) agent.Decision {
 	n := ta.n

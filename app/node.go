@@ -84,6 +84,12 @@ func NewNode(cfg Config, logger *slog.Logger) (*Node, error) {
 	return n, nil
 }
 
+// LogValue implements slog.LogValuer: the node's name and state dir, never
+// its control token or keys.
+func (n *Node) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", n.cfg.Name), slog.String("state_dir", n.cfg.StateDir))
+}
+
 // Config returns the node's configuration.
 func (n *Node) Config() Config { return n.cfg }
 

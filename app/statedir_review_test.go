@@ -31,6 +31,7 @@ func TestLogValuesRedactSecrets(t *testing.T) {
 		{"Config", Config{Name: "laptop", A2A: A2AConfig{Forward: ForwardConfig{URL: "http://127.0.0.1:8000", Token: secret}}}, "laptop"},
 		{"Approval", Approval{ID: "APPROVALID", Kind: KindPairing, Peer: "phone", SAS: secret, Detail: "pair " + secret}, "APPROVALID"},
 		{"Client", &Client{base: "http://127.0.0.1:47654", token: secret, StateDir: "/state"}, "/state"},
+		{"Node", &Node{cfg: Config{Name: "laptop", StateDir: "/state"}, controlToken: secret}, "/state"},
 	} {
 		for _, h := range []string{"json", "text"} {
 			var buf bytes.Buffer
