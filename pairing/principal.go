@@ -95,7 +95,7 @@ type Grant struct {
 type Listener string
 
 const (
-	ListenerLoopback Listener = "loopback" // plain HTTP on 127.0.0.1
+	ListenerLoopback Listener = "loopback" // 127.0.0.1: plain HTTP for the local owner, TLS for peers on this machine
 	ListenerTailnet  Listener = "tailnet"  // HTTPS on a tailnet address
 	ListenerLAN      Listener = "lan"      // HTTPS on a LAN address
 )
