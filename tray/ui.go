@@ -314,8 +314,19 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	})
 	uw.w = u.newWindow(titleApprovals, v.root)
 	uw.w.Resize(fyne.NewSize(540, 460))
-	uw.tick = v.tick
-	refresh := func() {
+	var refresh func()
+	ticks := 0
+	uw.tick = func() {
+		v.tick()
+		// Re-read the queue every resyncTicks s as well: a decision made
+		// elsewhere between this window's first read and the moment its
+		// change-notice stream was connected sends no notice it could see,
+		// and the popup must not show a decided request.
+		if ticks++; ticks%resyncTicks == 0 {
+			refresh()
+		}
+	}
+	refresh = func() {
 		u.bg(func(ctx context.Context) func() {
 			var as []app.Approval
 			if err := u.call(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
@@ -341,6 +352,10 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	refresh()
 	return uw
 }
+
+// resyncTicks is how often (in 1 s ticks) the popup re-reads its queue
+// without a change notice.
+const resyncTicks = 2
 
 // approvalsTitle is the popup's window title: the queue's length shows in
 // the task bar (and tests read it) when more than one waits.

@@ -336,3 +336,34 @@ func visibleWindowsNamed(d *desktop, title string) []string {
 	out, _ := xcmd(d, "xdotool", "search", "--onlyvisible", "--name", title).Output()
 	return strings.Fields(string(out))
 }
+
+// TestPopupDecidedWhileOpening: a delegation decided from the CLI the
+// moment its popup appears (before the UI process's change-notice stream
+// may be connected) still closes the popup: it re-reads its queue on its
+// own. Three rounds, each with a fresh UI process.
+func TestPopupDecidedWhileOpening(t *testing.T) {
+	d := startDesktop(t, true)
+	dir := t.TempDir()
+	p := startTrayCmd(t, d.env(), dir, nil)
+	c := p.client(t)
+	cli(t, d.env(), nil, dir, "a2a", "on")
+	token := strings.TrimSpace(cli(t, d.env(), nil, dir, "grant", "create", "--name", "quick", "--scope", "agent"))
+	client := apptest.A2AClient(t, c.BaseURL(), token)
+	for round := range 3 {
+		done := make(chan error, 1)
+		go func() {
+			_, err := client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})})
+			done <- err
+		}()
+		waitWindow(t, d, "Approval needed", 30*time.Second)
+		var as []app.Approval
+		if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
+			t.Fatalf("round %d: approvals: %v %+v", round, err, as)
+		}
+		cli(t, d.env(), nil, dir, "approve", as[0].ID)
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		waitNoWindow(t, d, "Approval needed", 10*time.Second)
+	}
+}
