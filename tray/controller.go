@@ -55,6 +55,9 @@ type controller struct {
 	openPath  func(string) error
 	quit      func()
 	log       *slog.Logger
+	// settled, when set, runs once after the first menu render: start-up
+	// is over (the node and the menu are up).
+	settled func()
 
 	clicks chan action
 
@@ -192,6 +195,10 @@ func (c *controller) refresh(ctx context.Context) {
 	if c.last == nil || !reflect.DeepEqual(*c.last, m) {
 		c.menu.render(ctx, m)
 		c.last = &m
+		if c.settled != nil {
+			c.settled()
+			c.settled = nil
+		}
 	}
 	c.announce(ctx, approvals)
 	if questionsOK {

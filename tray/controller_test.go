@@ -197,10 +197,23 @@ func TestControllerLoop(t *testing.T) {
 		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		clicks:   make(chan action),
 	}
+	var settled int // start-up memory returned: once, after the first render
+	c.settled = func() {
+		if menu.count() != 1 {
+			t.Errorf("settled before the first render")
+		}
+		settled++
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		<-done
+		if settled != 1 {
+			t.Errorf("settled ran %d times, want once", settled)
+		}
+	}()
 
 	waitUntil(t, "the first render", func() bool { return menu.count() == 1 })
 	// A notice that changes nothing visible renders nothing.

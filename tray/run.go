@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,6 +124,7 @@ func Run(ctx context.Context, n *app.Node) error {
 		quit:     systray.Quit,
 		log:      log,
 		clicks:   clicks,
+		settled:  returnStartupMemory,
 	}
 
 	// The title is the StatusNotifierItem Id and must be set before Run
@@ -147,6 +149,14 @@ func Run(ctx context.Context, n *app.Node) error {
 	log.Info("tray stopped")
 	return n.Close()
 }
+
+// returnStartupMemory hands the heap freed after start-up back to the OS.
+// The node's start (keys, certificates, TLS, the menu's first build)
+// leaves garbage behind that the runtime's background scavenger returns
+// only slowly and partly; the tray then idles for hours. One forced GC
+// and release (runtime/debug.FreeOSMemory) at that moment costs a few
+// milliseconds once.
+func returnStartupMemory() { debug.FreeOSMemory() }
 
 // routeStdLog sends the standard logger's lines (fyne.io/systray writes
 // "systray error: ..." there) to log as records, and returns the function
