@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,22 +136,7 @@ func (p nodePeers) PeerAgents() []agent.PeerAgent {
 		if !h.Scopes.Has(pairing.ScopeAgent) {
 			continue
 		}
-		pa := agent.PeerAgent{DeviceID: h.PeerID, Name: h.Name, OS: h.OS}
-		if n.disc != nil {
-			if peer, ok := n.disc.Table().Get(h.PeerID); ok && peer.Online {
-				for _, src := range peer.Sources {
-					for _, hp := range peer.Addrs[src] {
-						if u := peerBase(hp); u != "" && !slices.Contains(pa.URLs, u) {
-							pa.URLs = append(pa.URLs, u)
-						}
-					}
-				}
-			}
-		}
-		if h.URL != "" && !slices.Contains(pa.URLs, h.URL) {
-			pa.URLs = append(pa.URLs, h.URL)
-		}
-		out = append(out, pa)
+		out = append(out, agent.PeerAgent{DeviceID: h.PeerID, Name: h.Name, OS: h.OS, URLs: n.peerURLs(h)})
 	}
 	return out
 }
@@ -162,23 +147,41 @@ func (p nodePeers) PeerTransport(id string) (http.RoundTripper, error) {
 
 func (p nodePeers) Subscribe() (<-chan struct{}, func()) { return p.n.grants.Subscribe() }
 
-// peerBase is the base URL of a mesh address: plain http only on loopback
-// (DESIGN.md), https elsewhere.
-func peerBase(hostport string) string {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return ""
+// peerURLs are the base URLs to call a paired peer at: its current
+// addresses in the mesh table while it is online, then the URL it gave at
+// pairing. Always https: every call to a peer is pinned to its certificate,
+// loopback included (the loopback port speaks TLS to peers).
+func (n *Node) peerURLs(h pairing.Held) []string {
+	var urls []string
+	if n.disc != nil {
+		if peer, ok := n.disc.Table().Get(h.PeerID); ok && peer.Online {
+			for _, src := range peer.Sources {
+				for _, hp := range peer.Addrs[src] {
+					if _, _, err := net.SplitHostPort(hp); err != nil {
+						continue
+					}
+					if u := "https://" + hp; !slices.Contains(urls, u) {
+						urls = append(urls, u)
+					}
+				}
+			}
+		}
 	}
-	if a, err := netip.ParseAddr(host); (err == nil && a.Unmap().IsLoopback()) || host == "localhost" {
-		return "http://" + hostport
+	if h.URL != "" && !slices.Contains(urls, h.URL) {
+		urls = append(urls, h.URL)
 	}
-	return "https://" + hostport
+	return urls
 }
 
 // AgentRequest is POST /a2a/agents.
 type AgentRequest struct {
 	URL   string `json:"url"`
 	Token string `json:"token,omitempty"` // kept in the keychain, never shown again
+}
+
+// LogValue keeps the token out of logs.
+func (r AgentRequest) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("url", r.URL), slog.Bool("token", r.Token != ""))
 }
 
 // AgentUpdate is POST /a2a/agents/{id}.

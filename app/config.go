@@ -103,6 +103,10 @@ type RunRule struct {
 	Name    string   `toml:"name" json:"name"`       // argv[0] as the caller sends it
 	Path    string   `toml:"path" json:"path"`       // absolute path; default: looked up in PATH at start
 	Timeout Duration `toml:"timeout" json:"timeout"` // default and maximum run time
+	// Env names variables of the node's environment passed to the program
+	// on top of the minimal one every command gets (PATH, HOME, LANG, LC_*,
+	// TZ, USER).
+	Env []string `toml:"env" json:"env"`
 }
 
 // Duration is a time.Duration written as "90s", "2m" in config files.

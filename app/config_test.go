@@ -34,6 +34,7 @@ url = "http://127.0.0.1:9999"
 [[nodes.run]]
 name = "uname"
 timeout = "5s"
+env = ["KUBECONFIG"]
 `}, check: func(t *testing.T, c Config) {
 			if c.Port != 47700 || c.Name != "desk" || c.Keychain != KeychainFile || !c.keychainFromFile {
 				t.Errorf("got %+v", c)
@@ -43,6 +44,9 @@ timeout = "5s"
 			}
 			if c.A2A.Forward.URL != "http://127.0.0.1:9999" || len(c.Nodes.Run) != 1 || c.Nodes.Run[0].Timeout.Duration != 5*time.Second {
 				t.Errorf("got %+v", c)
+			}
+			if rr := runRules(c.Nodes.Run); len(rr) != 1 || rr[0].Name != "uname" || rr[0].Timeout != 5*time.Second || len(rr[0].Env) != 1 || rr[0].Env[0] != "KUBECONFIG" {
+				t.Errorf("system.run rules handed to nodes: %+v", rr)
 			}
 		}},
 		{name: "json", files: map[string]string{"config.json": `{"port": 47701, "log_level": "debug"}`},

@@ -351,3 +351,31 @@ func approvalsOf(t *testing.T, n *apptest.Node) []app.Approval {
 	}
 	return as
 }
+
+// TestPeerAddressesAreHTTPS: a paired peer found in the mesh table at a
+// loopback address (added by hand) is called over pinned HTTPS like any
+// other: plain http would hand the held token to whoever holds that port.
+func TestPeerAddressesAreHTTPS(t *testing.T) {
+	b := apptest.StartNode(t, apptest.Options{Name: "bee", Keychain: "file"})
+	a := apptest.StartNode(t, apptest.Options{Name: "ant", Keychain: "file"})
+	pairNodes(t, a, b)
+	mustCLI(t, b, "a2a", "on")
+	mustCLI(t, a, "peers", "add", fmt.Sprintf("https://127.0.0.1:%d", b.Port))
+	var as []agent.Agent
+	if err := json.Unmarshal([]byte(mustCLI(t, a, "agents", "--json").Stdout), &as); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ag := range as {
+		if ag.Name != "bee" {
+			continue
+		}
+		found = true
+		if !strings.HasPrefix(ag.URL, "https://127.0.0.1:") {
+			t.Fatalf("paired peer called at %q, want pinned https", ag.URL)
+		}
+	}
+	if !found {
+		t.Fatalf("paired peer missing from agents: %+v", as)
+	}
+}

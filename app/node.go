@@ -319,7 +319,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 func runRules(rs []RunRule) []nodes.RunRule {
 	out := make([]nodes.RunRule, len(rs))
 	for i, r := range rs {
-		out[i] = nodes.RunRule{Name: r.Name, Path: r.Path, Timeout: r.Timeout.Duration}
+		out[i] = nodes.RunRule{Name: r.Name, Path: r.Path, Timeout: r.Timeout.Duration, Env: r.Env}
 	}
 	return out
 }
