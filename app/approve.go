@@ -35,13 +35,12 @@ type taskApprover struct{ n *Node }
 
 var _ agent.Approver = taskApprover{}
 
-// ApproveTask calls TaskApproval.Queued exactly when the request goes to
-// the approvals queue (policy ask), never for allow/deny. It does not yet
-// say so (agent.QueueingApprover's ReportsQueued): the engine then adds a
-// second "submitted" status when a request is queued, and the phone page
-// lists it as a step of its own (TestPhonePairsOverLAN); until the page
-// folds repeated states, every task shows "waiting for approval" from its
-// creation, as before.
+var _ agent.QueueingApprover = taskApprover{}
+
+// ReportsQueued tells the engine ApproveTask calls TaskApproval.Queued
+// exactly when the request goes to the approvals queue (policy ask), never
+// for allow/deny: a caller sees "waiting for approval" only when it waits.
+func (taskApprover) ReportsQueued() bool { return true }
 
 func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) agent.Decision {
 	n := ta.n

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -444,4 +445,49 @@ func TestApprovalsShowRequestSafely(t *testing.T) {
 	}
 	t.Logf("approvals shows:\n%s", r.Stdout)
 	n.CLI("deny", ap.ID)
+}
+
+// TestWaitingForApprovalOnlyWhenAsked: a caller is told "waiting for
+// approval" only when its task really waits for the owner (policy ask), not
+// when the grant's policy lets it run at once.
+func TestWaitingForApprovalOnlyWhenAsked(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file"})
+	n.CLI("a2a", "on")
+	statusTexts := func(token string, approve bool) []string {
+		t.Helper()
+		var texts []string
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			client := apptest.A2AClient(t, n.BaseURL, token)
+			for ev, err := range client.SendStreamingMessage(context.Background(), &a2a.MessageSendParams{Message: deviceInfoMessage()}) {
+				if err != nil {
+					return
+				}
+				if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
+					for _, p := range su.Status.Message.Parts {
+						if tp, ok := p.(a2a.TextPart); ok {
+							texts = append(texts, tp.Text)
+						}
+					}
+				}
+			}
+		}()
+		if approve {
+			n.CLI("approve", waitApproval(t, n, app.KindDelegation).ID)
+		}
+		<-done
+		return texts
+	}
+	_, allowTok := grantToken(t, n, "--name", "trusted", "--scope", "agent", "--approval", "allow")
+	for _, s := range statusTexts(allowTok, false) {
+		if strings.Contains(s, "waiting for approval") {
+			t.Fatalf("policy allow: the caller was told %q", s)
+		}
+	}
+	_, askTok := grantToken(t, n, "--name", "asking", "--scope", "agent")
+	texts := statusTexts(askTok, true)
+	if !slices.ContainsFunc(texts, func(s string) bool { return strings.Contains(s, "waiting for approval") }) {
+		t.Fatalf("policy ask: status texts %q lack the wait", texts)
+	}
 }

@@ -856,8 +856,9 @@
     $("a2a-new").hidden = true;
   }
 
-  // setState records a task state: one step per distinct state, the last
-  // one current.
+  // setState records a task state: one step per distinct state (a state
+  // reported again, e.g. submitted and then "waiting for approval", updates
+  // its step), the last one current.
   function setState(state, msg) {
     const iss = st.issuer;
     const t = st.task;
@@ -866,7 +867,10 @@
     if (state === "submitted" && /approv/i.test(text)) label = "Waiting for approval on " + iss.name;
     const steps = $("task-steps");
     const last = steps.lastElementChild;
-    if (!last || last.dataset.label !== label) {
+    if (last && last.dataset.state === state && last.dataset.label !== label) {
+      last.dataset.label = label;
+      last.textContent = label;
+    } else if (!last || last.dataset.label !== label) {
       if (last) last.className = "done";
       const li = document.createElement("li");
       li.dataset.label = label;
