@@ -464,8 +464,15 @@ func TestWaitingForApprovalOnlyWhenAsked(t *testing.T) {
 				if err != nil {
 					return
 				}
-				if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
-					for _, p := range su.Status.Message.Parts {
+				var st a2a.TaskStatus
+				switch e := ev.(type) {
+				case *a2a.Task:
+					st = e.Status
+				case *a2a.TaskStatusUpdateEvent:
+					st = e.Status
+				}
+				if st.Message != nil {
+					for _, p := range st.Message.Parts {
 						if tp, ok := p.(a2a.TextPart); ok {
 							texts = append(texts, tp.Text)
 						}
