@@ -146,7 +146,11 @@ func (n *Node) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": meshtray events\n\n")
+	// The first notice names everything: a subscriber that read the state
+	// before this stream was connected would otherwise miss a change made
+	// in between.
+	first, _ := json.Marshal(map[string][]EventType{"types": everything})
+	fmt.Fprintf(w, ": meshtray events\n\ndata: %s\n\n", first)
 	fl.Flush()
 	ctx := r.Context()
 	for {

@@ -18,6 +18,10 @@ const (
 	EventPairing   EventType = "pairing"   // pairing sessions and requests
 )
 
+// everything is the notice a new /events stream starts with: whatever the
+// subscriber saw before it connected may have changed, so it re-reads all.
+var everything = []EventType{EventStatus, EventApprovals, EventPeers, EventGrants, EventTasks, EventPairing, EventAgents, EventUI}
+
 // hub fans change notices out to subscribers. Notices coalesce: a slow
 // subscriber sees each changed type once, never a backlog, and a publisher
 // never blocks.

@@ -400,9 +400,27 @@ func TestNodeInProcess(t *testing.T) {
 	if st.Name != "inproc" || st.DeviceID == "" || st.OS == "" {
 		t.Fatalf("status = %+v", st)
 	}
-	// An open event stream must not hold Close up.
+	// An open event stream must not hold Close up. Its first notice names
+	// every kind of change, so a subscriber re-reads what it read before
+	// connecting.
 	evDone := make(chan error, 1)
-	go func() { evDone <- c.Events(ctx, func([]app.EventType) {}) }()
+	first := make(chan []app.EventType, 1)
+	go func() {
+		evDone <- c.Events(ctx, func(ts []app.EventType) {
+			select {
+			case first <- ts:
+			default:
+			}
+		})
+	}()
+	select {
+	case ts := <-first:
+		if !slices.Contains(ts, app.EventApprovals) || !slices.Contains(ts, app.EventStatus) {
+			t.Fatalf("first change notice = %v, want every kind", ts)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first change notice")
+	}
 	if _, err := n.SetA2A(true); err != nil {
 		t.Fatal(err)
 	}
