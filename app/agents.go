@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,11 +50,12 @@ func (n *Node) startDelegation() (agent.Executor, error) {
 	d := &delegation{}
 	var err error
 	d.agents, err = agent.NewAgents(agent.AgentsOptions{
-		Path:     filepath.Join(n.cfg.StateDir, agentsFile),
-		Secrets:  n.ks,
-		Peers:    nodePeers{n},
-		OnChange: func() { n.events.Publish(EventAgents) },
-		Logger:   n.log.With("pkg", "a2a"),
+		Path:          filepath.Join(n.cfg.StateDir, agentsFile),
+		Secrets:       n.ks,
+		Peers:         nodePeers{n},
+		IsTailnetAddr: n.isTailnetPeer,
+		OnChange:      func() { n.events.Publish(EventAgents) },
+		Logger:        n.log.With("pkg", "a2a"),
 	})
 	if err != nil {
 		return nil, err
@@ -72,9 +74,10 @@ func (n *Node) startDelegation() (agent.Executor, error) {
 		n.log.Warn("a2a.forward.token is in the config file in clear; `meshtray forward token` keeps it in the keychain instead")
 	}
 	d.forward, err = agent.NewForwardExecutor(agent.ForwardOptions{
-		URL:    fc.URL,
-		Token:  n.forwardToken,
-		Logger: n.log.With("pkg", "a2a"),
+		URL:           fc.URL,
+		Token:         n.forwardToken,
+		IsTailnetAddr: n.isTailnetPeer,
+		Logger:        n.log.With("pkg", "a2a"),
 	})
 	if err != nil {
 		return nil, err
@@ -122,6 +125,13 @@ func (n *Node) forwardToken() string {
 		return ""
 	}
 	return string(b)
+}
+
+// isTailnetPeer reports whether a is a tailnet peer's address (plain http
+// to it rides WireGuard). Discovery starts after the delegation pieces are
+// built, so this is read at call time.
+func (n *Node) isTailnetPeer(a netip.Addr) bool {
+	return n.disc != nil && n.disc.IsTailnetPeer(a)
 }
 
 // nodePeers is the registry's view of paired peers: held grants with scope

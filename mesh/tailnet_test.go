@@ -204,6 +204,16 @@ func TestTailnetDiscovery(t *testing.T) {
 	}
 	// charlie runs no meshtray: probed once, remembered, never listed.
 	waitFor(t, 10*time.Second, "charlie in the negative cache", func() bool { return d.neg.len() == 1 })
+	// Every peer's address is a tailnet peer's, meshtray or not; another
+	// address in 100.64.0.0/10 (carrier-grade NAT too) is not.
+	for _, n := range []*tsnet.Server{b, c} {
+		if !d.IsTailnetPeer(tsIPv4(n)) {
+			t.Errorf("IsTailnetPeer(%v) = false for a peer", tsIPv4(n))
+		}
+	}
+	if d.IsTailnetPeer(netip.MustParseAddr("100.64.99.99")) || d.IsTailnetPeer(netip.MustParseAddr("127.0.0.1")) {
+		t.Error("IsTailnetPeer true for an address no peer has")
+	}
 	if n := len(d.Table().Snapshot()); n != 1 {
 		t.Fatalf("%d rows, want only bravo", n)
 	}

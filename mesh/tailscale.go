@@ -728,3 +728,19 @@ func (d *Discovery) WhoIs(ctx context.Context, remote netip.AddrPort) *pairing.T
 	d.whois.put(addr, id)
 	return id
 }
+
+// IsTailnetPeer reports whether a is the tailnet address of a peer in this
+// device's tailnet, per the LocalAPI's latest Status (any peer, meshtray or
+// not, online or not). Plain HTTP to such an address rides WireGuard; an
+// address in 100.64.0.0/10 that is not a peer's may be carrier-grade NAT.
+func (d *Discovery) IsTailnetPeer(a netip.Addr) bool {
+	a = a.Unmap()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.tsPeers {
+		if slices.Contains(p.ips, a) {
+			return true
+		}
+	}
+	return false
+}
