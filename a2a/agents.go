@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -333,42 +332,7 @@ func (a *Agents) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(a.o.Path, append(b, '\n'))
-}
-
-// writeFileAtomic replaces path with data (mode 0600) so that a reader or a
-// crash sees the old or the new content, never a mix.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if err := tmp.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
+	return keychain.WriteFile(a.o.Path, append(b, '\n'))
 }
 
 // syncPeers notices peers whose held grant disappeared (revoked by their

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -340,26 +338,6 @@ func agentStatus(err error) int {
 	return statusFor(err)
 }
 
-// readBigJSON is readJSON with another bound.
-func readBigJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit))
-			return false
-		}
-		if errors.Is(err, io.EOF) {
-			err = errors.New("empty body: JSON expected")
-		}
-		writeError(w, http.StatusBadRequest, fmt.Errorf("bad JSON body: %w", err))
-		return false
-	}
-	return true
-}
-
 // delegationRoutes mounts this part's local control API (auth.Local: the
 // local owner or scope full):
 //
@@ -377,9 +355,7 @@ func readBigJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) boo
 //	DELETE /a2a/forward                 -> 204 (token removed)
 //	POST   /a2a/forward/check           -> ForwardView (card fetched and verified now)
 func (n *Node) delegationRoutes(mux *http.ServeMux) {
-	local := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, n.auth.Local(h))
-	}
+	local := n.localRoutes(mux)
 	fail := func(w http.ResponseWriter, err error) { writeError(w, agentStatus(err), err) }
 
 	local("GET /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
@@ -426,7 +402,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 	})
 	local("POST /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
 		var req DelegateRequest
-		if !readBigJSON(w, r, maxDelegateBody, &req) {
+		if !readJSONLimit(w, r, maxDelegateBody, &req) {
 			return
 		}
 		t, err := n.Delegate(r.Context(), req.DelegateRequest)
@@ -454,7 +430,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 	})
 	local("POST /a2a/outbound/{id}/answer", func(w http.ResponseWriter, r *http.Request) {
 		var req AnswerRequest
-		if !readBigJSON(w, r, maxDelegateBody, &req) {
+		if !readJSONLimit(w, r, maxDelegateBody, &req) {
 			return
 		}
 		t, err := n.AnswerOutbound(r.Context(), r.PathValue("id"), req.MessageInput)

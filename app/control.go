@@ -20,9 +20,7 @@ const maxControlBody = 64 << 10
 // controlRoutes mounts the local control API on mux; every route goes
 // through auth.Local (the local owner on loopback, or a grant with scope full).
 func (n *Node) controlRoutes(mux *http.ServeMux) {
-	local := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, n.auth.Local(h))
-	}
+	local := n.localRoutes(mux)
 	local("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.Status())
 	})
@@ -133,6 +131,12 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 	n.uiRoutes(mux)
 }
 
+// localRoutes returns a function that mounts a handler on mux behind
+// auth.Local (the local owner on loopback, or a grant with scope full).
+func (n *Node) localRoutes(mux *http.ServeMux) func(pattern string, h http.HandlerFunc) {
+	return func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth.Local(h)) }
+}
+
 // serveEvents streams change notices as server-sent events until the client
 // leaves or the node stops: `data: {"types":["approvals"]}`.
 func (n *Node) serveEvents(w http.ResponseWriter, r *http.Request) {
@@ -212,13 +216,18 @@ func writeError(w http.ResponseWriter, status int, err error) {
 // readJSON decodes a bounded JSON body into v; on failure it answers 400
 // (413 when too large) and returns false.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, maxControlBody)
+	return readJSONLimit(w, r, maxControlBody, v)
+}
+
+// readJSONLimit is readJSON with a body bound of limit bytes.
+func readJSONLimit(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", maxControlBody))
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", limit))
 			return false
 		}
 		if errors.Is(err, io.EOF) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"meshtray/keychain"
 	"meshtray/pairing"
 )
 
@@ -193,7 +194,7 @@ func writeDaemonInfo(stateDir string, d DaemonInfo) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(stateDir, daemonFile), b, 0o600)
+	return keychain.WriteFile(filepath.Join(stateDir, daemonFile), b)
 }
 
 // ReadDaemonInfo reads the running node's daemon.json; os.ErrNotExist when
@@ -212,34 +213,6 @@ func ReadDaemonInfo(stateDir string) (DaemonInfo, error) {
 
 func removeDaemonInfo(stateDir string) {
 	_ = os.Remove(filepath.Join(stateDir, daemonFile))
-}
-
-// writeFileAtomic writes b to path through a temp file in the same dir,
-// fsynced and renamed over path, so a crash leaves the old or the new file.
-func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // checkKeychainBackend refuses to open the state dir with another keychain
@@ -269,7 +242,7 @@ func checkKeychainBackend(dir, want string) (string, error) {
 
 // recordKeychainBackend writes the backend the state dir's identity lives in.
 func recordKeychainBackend(dir, backend string) error {
-	return writeFileAtomic(filepath.Join(dir, keychainBackendFile), []byte(backend+"\n"), 0o600)
+	return keychain.WriteFile(filepath.Join(dir, keychainBackendFile), []byte(backend+"\n"))
 }
 
 // BackendMismatchError: the state dir's identity and grants are in another
@@ -346,7 +319,7 @@ func (st *settingsStore) Update(f func(*Settings)) (Settings, error) {
 	if err != nil {
 		return st.s, err
 	}
-	if err := writeFileAtomic(st.path, b, 0o600); err != nil {
+	if err := keychain.WriteFile(st.path, b); err != nil {
 		return st.s, fmt.Errorf("save settings: %w", err)
 	}
 	st.s = next

@@ -15,7 +15,6 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
-	"meshtray/mesh"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -102,9 +101,7 @@ func (q *uiQueue) list(take bool) []UIRequest {
 //	                                 with the grant it gave us (pinned HTTPS)
 func (n *Node) uiRoutes(mux *http.ServeMux) {
 	q := &uiQueue{}
-	local := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, n.auth.Local(h))
-	}
+	local := n.localRoutes(mux)
 	local("POST /ui/open", func(w http.ResponseWriter, r *http.Request) {
 		var req UIRequest
 		if !readJSON(w, r, &req) {
@@ -159,20 +156,7 @@ func (n *Node) PeerManifest(ctx context.Context, peerID string) (nodes.Manifest,
 	}
 	hc := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer hc.CloseIdleConnections()
-	var bases []string
-	for _, p := range n.disc.Table().Snapshot() {
-		if p.ID != h.PeerID {
-			continue
-		}
-		for _, src := range []mesh.Source{mesh.SourceTailscale, mesh.SourceMDNS, mesh.SourceManual} {
-			for _, a := range p.Addrs[src] {
-				bases = append(bases, "https://"+a)
-			}
-		}
-	}
-	if h.URL != "" && !slices.Contains(bases, h.URL) {
-		bases = append(bases, h.URL)
-	}
+	bases := n.peerURLs(h)
 	if len(bases) == 0 {
 		return m, fmt.Errorf("no address known for %s", h.Name)
 	}

@@ -233,15 +233,23 @@ func (f *File) read() (fileData, error) {
 	return d, nil
 }
 
-// writeFile replaces the store file atomically: temp file in the same
-// directory (mode 0600), fsync, rename, fsync of the directory.
-func (f *File) writeFile(d fileData) (err error) {
+// writeFile replaces the store file atomically (WriteFile).
+func (f *File) writeFile(d fileData) error {
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("keychain: %w", err)
 	}
-	dir := filepath.Dir(f.path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(f.path)+".tmp*")
+	return WriteFile(f.path, raw)
+}
+
+// WriteFile replaces path with data, mode 0600, so that a reader or a
+// crash sees the old file or the new one, never a part: temp file in the
+// same directory, fsync, rename, fsync of the directory. The state dir's
+// other small files (settings, daemon.json, agents.json) are written with
+// it too.
+func WriteFile(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("keychain: %w", err)
 	}
@@ -254,7 +262,7 @@ func (f *File) writeFile(d fileData) (err error) {
 	if err := tmp.Chmod(0o600); err != nil {
 		return fmt.Errorf("keychain: %w", err)
 	}
-	if _, err := tmp.Write(raw); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		return fmt.Errorf("keychain: write %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Sync(); err != nil {
@@ -263,7 +271,7 @@ func (f *File) writeFile(d fileData) (err error) {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("keychain: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("keychain: %w", err)
 	}
 	return syncDir(dir)
