@@ -743,6 +743,43 @@ func (r *remote) exchange(ctx context.Context, params *a2a.MessageSendParams, st
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	for attempt := 0; ; attempt++ {
+		err := r.exchangeOnce(ctx, params, stream, log, on)
+		taskID := params.Message.TaskID
+		if err == nil || taskID == "" || attempt >= answerResends || !errors.Is(err, a2a.ErrInternalError) || !r.stillAsking(ctx, taskID) {
+			return err
+		}
+		// An answer can reach an agent still closing the turn that asked
+		// (a2a-go's a2asrv refuses it as "task execution is already in
+		// progress", sent as -32603). The task still waiting for input
+		// means the answer was not taken: send it again shortly.
+		log.Debug("the agent refused an answer while the task still asks; sending it again", "task", taskID, "attempt", attempt+1)
+		t := time.NewTimer(answerResendPause << attempt)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// An answer refused with an internal error while the task still asks is
+// sent again up to answerResends times, answerResendPause apart, doubling.
+const (
+	answerResends     = 5
+	answerResendPause = 50 * time.Millisecond
+)
+
+// stillAsking reports whether the agent's task id waits for input
+// (input-required or auth-required), per tasks/get.
+func (r *remote) stillAsking(ctx context.Context, id a2a.TaskID) bool {
+	t, err := r.client.GetTask(ctx, &a2a.TaskQueryParams{ID: id})
+	return err == nil && t != nil && interrupted(t.Status.State)
+}
+
+// exchangeOnce is one send of params and the following of its task.
+func (r *remote) exchangeOnce(ctx context.Context, params *a2a.MessageSendParams, stream bool, log *slog.Logger, on func(a2a.Event)) error {
 	var taskID a2a.TaskID
 	if stream {
 		var streamErr error
