@@ -390,11 +390,10 @@ func (s *Server) cancelTask(t *task, cause error) (live bool, done <-chan struct
 		t.mu.Unlock()
 		return true, done
 	}
-	changed := t.setStatusLocked(a2a.TaskStateCanceled, agentMessage(cause.Error()), s.now())
-	t.mu.Unlock()
-	if changed {
+	if t.setStatusLocked(a2a.TaskStateCanceled, agentMessage(cause.Error()), s.now()) {
 		s.retire(t)
 	}
+	t.mu.Unlock()
 	return true, nil
 }
 
@@ -402,14 +401,17 @@ func (s *Server) cancelTask(t *task, cause error) (live bool, done <-chan struct
 // the store's live counts.
 func (s *Server) settle(t *task, state a2a.TaskState, msg *a2a.Message) {
 	t.mu.Lock()
-	changed := t.setStatusLocked(state, msg, s.now())
-	t.mu.Unlock()
-	if changed && state.Terminal() {
+	defer t.mu.Unlock()
+	if t.setStatusLocked(state, msg, s.now()) && state.Terminal() {
 		s.retire(t)
 	}
 }
 
-// retire books a task that just became terminal.
+// retire books a task that just became terminal. The caller holds t.mu (the
+// lock order is t.mu, then s.mu), so the live counts change before anyone
+// woken by the terminal status can read them: a caller whose blocking send
+// just returned never finds its finished task still counted live (nor
+// meets the per-owner cap with it).
 func (s *Server) retire(t *task) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -879,10 +881,10 @@ func (s *Server) endTurn(ctx context.Context, t *task, ex *Execution, state a2a.
 		turn := t.turns
 		t.expiry = time.AfterFunc(s.opts.InterruptedTTL, func() { s.expire(t, turn) })
 	}
-	t.mu.Unlock()
 	if changed && state.Terminal() {
 		s.retire(t)
 	}
+	t.mu.Unlock()
 }
 
 // expire ends a task that has waited for its caller since turn for
@@ -894,9 +896,11 @@ func (s *Server) expire(t *task, turn int) {
 		return
 	}
 	changed := t.setStatusLocked(a2a.TaskStateCanceled, agentMessage(fmt.Sprintf("no answer within %s", s.opts.InterruptedTTL)), s.now())
-	t.mu.Unlock()
 	if changed {
 		s.retire(t)
+	}
+	t.mu.Unlock()
+	if changed {
 		s.log.Info("task waiting for its caller expired", "task", t.id, "ttl", s.opts.InterruptedTTL)
 	}
 }
