@@ -465,7 +465,7 @@ func phXvfb(t testing.TB) string {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command(bin, "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x240x24")
+	cmd := exec.Command(bin, "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x240x24", "-noreset")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.ExtraFiles = []*os.File{w}
 	if err := cmd.Start(); err != nil {

@@ -25,7 +25,7 @@ func startXvfb(t testing.TB) string {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command(bin, "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x240x24")
+	cmd := exec.Command(bin, "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x240x24", "-noreset")
 	// Die with the test binary, even when a timeout panic skips cleanups.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.ExtraFiles = []*os.File{w}

@@ -58,7 +58,10 @@ func startDesktop(t *testing.T, withWatcher bool) *desktop {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(xvfb, "-displayfd", "3", "-screen", "0", "1280x900x24", "-nolisten", "tcp")
+	// -noreset: without it the server resets each time its last client
+	// leaves, and a client connecting during that reset (the UI process
+	// while the test polls windows with xdotool) fails to open the display.
+	cmd := exec.Command(xvfb, "-displayfd", "3", "-screen", "0", "1280x900x24", "-nolisten", "tcp", "-noreset")
 	cmd.ExtraFiles = []*os.File{w}
 	var xlog bytes.Buffer
 	cmd.Stderr = &xlog
@@ -75,6 +78,9 @@ func startDesktop(t *testing.T, withWatcher bool) *desktop {
 		case <-time.After(5 * time.Second):
 			cmd.Process.Kill()
 			<-done
+		}
+		if t.Failed() {
+			t.Logf("Xvfb log:\n%s", xlog.String())
 		}
 	})
 	num := make(chan string, 1)
@@ -692,11 +698,34 @@ func (w *windowWatch) most() int {
 	return <-w.done
 }
 
-// primaryButton finds the largest patch of the theme's primary colour in
-// the picture (the one high-importance button of the window: Approve) and
-// returns its centre.
-func primaryButton(t *testing.T, img image.Image, what string) (int, int) {
+// buttonShot screenshots the window until it has settled (as settledShot)
+// with its primary-coloured button on it, and returns the picture and the
+// button's centre. Windows fill in from the node's API after they appear,
+// so a settled picture alone may be of the window before its content.
+func buttonShot(t *testing.T, d *desktop, win, name, what string) (image.Image, int, int) {
 	t.Helper()
+	var prev image.Image
+	var x, y int
+	_, img := pollShot(t, d, win, name, what+" drawn and settled, with its primary button", 15*time.Second, func(_ string, img image.Image) bool {
+		ok := blankness(img) == "" && sameImage(prev, img)
+		prev = img
+		if !ok {
+			return false
+		}
+		var n int
+		x, y, n = findPrimary(img)
+		return n >= minButtonPx
+	})
+	return img, x, y
+}
+
+// minButtonPx is the fewest pixels of primary colour that make a button.
+const minButtonPx = 600
+
+// findPrimary finds the largest patch of the theme's primary colour in the
+// picture (the one high-importance button of the window: Approve) and
+// returns its centre and its size in pixels.
+func findPrimary(img image.Image) (x, y, px int) {
 	// The default theme's primary colour, the same in both variants (the
 	// UI process runs with no user theme settings here).
 	want := []color.NRGBA{color.NRGBAModel.Convert(theme.PrimaryColorNamed(theme.ColorBlue)).(color.NRGBA)}
@@ -744,10 +773,7 @@ func primaryButton(t *testing.T, img image.Image, what string) (int, int) {
 			}
 		}
 	}
-	if bestN < 600 {
-		t.Fatalf("%s: no primary-coloured button found (largest patch %d px)", what, bestN)
-	}
-	return (bx0 + bx1) / 2, (by0 + by1) / 2
+	return (bx0 + bx1) / 2, (by0 + by1) / 2, bestN
 }
 
 func absd(a, b int) int {
@@ -831,5 +857,22 @@ func (n *notifications) wait(t *testing.T, count int, d time.Duration) []notice 
 			t.Fatalf("%d notifications within %v, want %d: %+v", len(got), d, count, got)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDesktopDoesNotReset: the test X server keeps its state when its last
+// client leaves (-noreset). A server that resets then refuses a client
+// connecting during the reset, which made a UI process fail to open the
+// display while a test polled windows with xdotool. A root-window property
+// set by one client is gone after a reset, so it shows one.
+func TestDesktopDoesNotReset(t *testing.T) {
+	d := startDesktop(t, false)
+	need(t, "xprop", "x11-utils")
+	if out, err := xcmd(d, "xprop", "-root", "-f", "_MESHTRAY_PROBE", "8s", "-set", "_MESHTRAY_PROBE", "kept").CombinedOutput(); err != nil {
+		t.Fatalf("xprop -set: %v %s", err, out)
+	}
+	out, err := xcmd(d, "xprop", "-root", "_MESHTRAY_PROBE").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"kept"`) {
+		t.Fatalf("root property after its client left: %v %q; the X server reset", err, out)
 	}
 }

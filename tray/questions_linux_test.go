@@ -82,10 +82,9 @@ func TestQuestionsWindowAnswers(t *testing.T) {
 	})
 	d.Watcher.clickLabel(t, it, questionsLabel(1))
 	win, _ := waitWindow(t, d, "Questions from agents", 30*time.Second)
-	_, img := settledShot(t, d, win, "questions-1-asked", "the questions window")
 	// The answer box is left of the Answer button (the window's one
 	// primary-coloured button): click into it, type, send.
-	x, y := primaryButton(t, img, "the Answer button")
+	img, x, y := buttonShot(t, d, win, "questions-1-asked", "the questions window")
 	clickAt(t, d, win, 60, y)
 	if out, err := xcmd(d, "xdotool", "type", "--delay", "20", "device.info").CombinedOutput(); err != nil {
 		t.Fatalf("xdotool type: %v %s", err, out)

@@ -41,7 +41,12 @@ const (
 // (POST /ui/take), follows the node's change notices, and returns when its
 // last window closes, ctx ends, or the node goes away. WINDOW is one of
 // approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions.
-func UI(ctx context.Context, c *app.Client, args []string) error {
+//
+// With no display to open a window on, Fyne's GLFW driver panics at the
+// first window; UI turns that into an error naming the display it tried,
+// and puts the windows it took from the tray's queue back, so the tray's
+// next UI process (it retries a few times) shows them.
+func UI(ctx context.Context, c *app.Client, args []string) (err error) {
 	reqs, err := parseUIArgs(args)
 	if err != nil {
 		return err
@@ -51,6 +56,13 @@ func UI(ctx context.Context, c *app.Client, args []string) error {
 	a.SetIcon(fyne.NewStaticResource("meshtray.png", assets.IconNormal))
 	u := newUIProc(ctx, a, c, log)
 	defer u.stop()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot open a window on the display (DISPLAY=%q, WAYLAND_DISPLAY=%q): %v",
+				os.Getenv("DISPLAY"), os.Getenv("WAYLAND_DISPLAY"), r)
+			u.requeue()
+		}
+	}()
 	for _, r := range reqs {
 		u.open(r)
 	}
@@ -93,7 +105,8 @@ type uiProc struct {
 	log    *slog.Logger
 
 	wins    map[string]*uiWin
-	stopped atomic.Bool // the Fyne loop is ending: UI work is dropped
+	taken   []app.UIRequest // every request taken from the tray's queue; UI goroutine only
+	stopped atomic.Bool     // the Fyne loop is ending: UI work is dropped
 	wg      sync.WaitGroup
 }
 
@@ -227,8 +240,21 @@ func (u *uiProc) takeQueue() {
 		u.log.Warn("cannot read the window queue", "err", err)
 		return
 	}
+	u.taken = append(u.taken, reqs...)
 	for _, r := range reqs {
 		u.open(r)
+	}
+}
+
+// requeue gives the tray back the windows this process took and could not
+// show (best effort: the process is about to exit).
+func (u *uiProc) requeue() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, r := range u.taken {
+		if err := u.call(ctx, http.MethodPost, "/ui/open", r, nil); err != nil {
+			u.log.Warn("cannot put a window back in the queue", "window", r.Window, "err", err)
+		}
 	}
 }
 

@@ -7,12 +7,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,8 +84,7 @@ func TestPopupApprovesDelegation(t *testing.T) {
 	if n := notes.wait(t, 1, 10*time.Second)[0]; n.App != "meshtray" || n.Summary != "Delegation from Alice's phone" || !strings.Contains(n.Body, "Open meshtray to approve") || n.Icon == "" {
 		t.Errorf("notification %+v", n)
 	}
-	_, img := settledShot(t, d, win, "popup-delegation", "the approval popup")
-	x, y := primaryButton(t, img, "the approval popup")
+	_, x, y := buttonShot(t, d, win, "popup-delegation", "the approval popup")
 	clickAt(t, d, win, x, y)
 
 	var res result
@@ -257,8 +258,7 @@ func TestPairingWindow(t *testing.T) {
 		qr, _ := exec.Command("zbarimg", "--raw", "-q", shot).Output()
 		return len(qr) == 0
 	})
-	_, img := settledShot(t, d, win, "pair-2-claim", "the claim")
-	x, y := primaryButton(t, img, "the claim's Approve")
+	_, x, y := buttonShot(t, d, win, "pair-2-claim", "the claim with its Approve")
 	clickAt(t, d, win, x, y)
 
 	select {
@@ -365,5 +365,44 @@ func TestPopupDecidedWhileOpening(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		waitNoWindow(t, d, "Approval needed", 10*time.Second)
+	}
+}
+
+// TestUIWithoutDisplay: `meshtray ui` with no X server behind DISPLAY
+// exits with an error that names the display, not a GLFW panic trace.
+func TestUIWithoutDisplay(t *testing.T) {
+	dir := t.TempDir()
+	startServe(t, nil, dir, "no-display")
+	const display = ":9731"
+	if _, err := os.Stat("/tmp/.X11-unix/X9731"); err == nil {
+		t.Skip("an X server socket exists for " + display)
+	}
+	c, err := app.Dial(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A window the tray asked for: the failed UI process puts it back.
+	pair := app.UIRequest{Window: app.UIPair}
+	if err := c.Do(ctx, http.MethodPost, "/ui/open", pair, nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "ui", "--state-dir", dir)
+	cmd.Env = (*desktop)(nil).env("DISPLAY=" + display)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("meshtray ui without a display: %v, want exit status 1\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `cannot open a window on the display (DISPLAY=":9731"`) {
+		t.Errorf("output does not say it cannot open a window on %s:\n%s", display, out)
+	}
+	if strings.Contains(string(out), "goroutine 1") || strings.Contains(string(out), "panic:") {
+		t.Errorf("output is a panic trace:\n%s", out)
+	}
+	var queued []app.UIRequest
+	if err := c.Do(ctx, http.MethodGet, "/ui/open", nil, &queued); err != nil || !slices.Equal(queued, []app.UIRequest{pair}) {
+		t.Errorf("window queue after the failed UI process: %v %+v, want the pairing window back", err, queued)
 	}
 }
