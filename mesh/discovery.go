@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tailscale.com/client/local"
 	"tailscale.com/net/tsaddr"
 )
 
@@ -191,7 +190,7 @@ func New(opts Options) *Discovery {
 	if !opts.NoTailscale {
 		d.lc = opts.Tailscale
 		if d.lc == nil {
-			d.lc = &local.Client{}
+			d.lc = systemLocalAPI()
 		}
 	}
 	d.table = newTable(nil, opts.Paired, d.selfID, opts.Port)
