@@ -339,7 +339,8 @@ func agentStatus(err error) int {
 }
 
 // delegationRoutes mounts this part's local control API (auth.Local: the
-// local owner or scope full):
+// local owner or scope full; the forward routes, which choose where
+// approved work goes, auth.Owner: the local owner only):
 //
 //	GET    /a2a/agents[?refresh=1]      -> [agent.Agent]
 //	POST   /a2a/agents                  {url, token?} -> agent.Agent (201)
@@ -355,7 +356,7 @@ func agentStatus(err error) int {
 //	DELETE /a2a/forward                 -> 204 (token removed)
 //	POST   /a2a/forward/check           -> ForwardView (card fetched and verified now)
 func (n *Node) delegationRoutes(mux *http.ServeMux) {
-	local := n.localRoutes(mux)
+	local, owner := n.localRoutes(mux), n.ownerRoutes(mux)
 	fail := func(w http.ResponseWriter, err error) { writeError(w, agentStatus(err), err) }
 
 	local("GET /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
@@ -455,7 +456,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 	local("GET /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.Forward())
 	})
-	local("POST /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
+	owner("POST /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Token string `json:"token"`
 		}
@@ -472,7 +473,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	local("DELETE /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
+	owner("DELETE /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.SetForwardToken(""); err != nil {
 			writeError(w, statusFor(err), err)
 			return

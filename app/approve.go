@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -230,12 +231,15 @@ func scopesOrNone(s pairing.Scopes) string {
 // Scopes apply only to a pairing and Always only to a delegation: given
 // with an approval of another kind they are an error (badRequest), not
 // silently dropped or applied to the whole grant.
+//
+// Every decision is logged at info (what, from whom, the decision): the
+// owner can read afterwards what was approved.
 func (n *Node) Decide(id string, d ApprovalDecision) error {
+	a, ok := n.approvals.Get(id)
+	if !ok {
+		return fmt.Errorf("%w: %s (meshtray approvals lists them)", ErrNoApproval, clipID(id))
+	}
 	if d.Approved() && (d.Always || len(d.Scopes) > 0) {
-		a, ok := n.approvals.Get(id)
-		if !ok {
-			return ErrNoApproval
-		}
 		if d.Always && a.Kind != KindDelegation {
 			return badRequest("\"always allow\" applies only to delegations; %s is a %s request", id, a.Kind)
 		}
@@ -250,7 +254,32 @@ func (n *Node) Decide(id string, d ApprovalDecision) error {
 		}
 		d.Scopes = sc
 	}
-	return n.approvals.Decide(id, d)
+	if err := n.approvals.Decide(id, d); err != nil {
+		if errors.Is(err, ErrNoApproval) {
+			return fmt.Errorf("%w: %s (it was decided, withdrawn or expired meanwhile)", ErrNoApproval, clipID(id))
+		}
+		return err
+	}
+	attrs := []any{"id", a.ID, "kind", a.Kind, "peer", a.Peer, "summary", a.Summary, "decision", d.Decision}
+	if a.GrantID != "" {
+		attrs = append(attrs, "grant", a.GrantID)
+	}
+	if d.Always {
+		attrs = append(attrs, "always", true)
+	}
+	if len(d.Scopes) > 0 {
+		attrs = append(attrs, "scopes", d.Scopes.String())
+	}
+	n.log.Info("approval decided", attrs...)
+	return nil
+}
+
+// clipID cuts an approval ID from a request to a length fit for a message.
+func clipID(id string) string {
+	if len(id) > 40 {
+		return id[:40] + "…"
+	}
+	return id
 }
 
 // Approvals lists the pending approvals.

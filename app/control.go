@@ -18,9 +18,11 @@ import (
 const maxControlBody = 64 << 10
 
 // controlRoutes mounts the local control API on mux; every route goes
-// through auth.Local (the local owner on loopback, or a grant with scope full).
+// through auth.Local (the local owner on loopback, or a grant with scope
+// full) or, for consent and trust (approvals, grants, approval policies),
+// auth.Owner (the local owner only).
 func (n *Node) controlRoutes(mux *http.ServeMux) {
-	local := n.localRoutes(mux)
+	local, owner := n.localRoutes(mux), n.ownerRoutes(mux)
 	local("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.Status())
 	})
@@ -48,7 +50,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 	local("GET /config", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.Settings())
 	})
-	local("POST /config", func(w http.ResponseWriter, r *http.Request) {
+	owner("POST /config", func(w http.ResponseWriter, r *http.Request) {
 		var req ConfigUpdate
 		if !readJSON(w, r, &req) {
 			return
@@ -63,7 +65,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 	local("GET /approvals", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.approvals.List())
 	})
-	local("POST /approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
+	owner("POST /approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var d ApprovalDecision
 		if !readJSON(w, r, &d) {
 			return
@@ -77,7 +79,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 	local("GET /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.Devices())
 	})
-	local("POST /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
+	owner("POST /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
 		var req GrantRequest
 		if !readJSON(w, r, &req) {
 			return
@@ -89,7 +91,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusCreated, tok)
 	})
-	local("POST /nodes/devices/{id}", func(w http.ResponseWriter, r *http.Request) {
+	owner("POST /nodes/devices/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var req GrantUpdate
 		if !readJSON(w, r, &req) {
 			return
@@ -135,6 +137,13 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 // auth.Local (the local owner on loopback, or a grant with scope full).
 func (n *Node) localRoutes(mux *http.ServeMux) func(pattern string, h http.HandlerFunc) {
 	return func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth.Local(h)) }
+}
+
+// ownerRoutes is localRoutes for the owner-only routes: consent and trust
+// (approvals, grants, pairing, approval policies, where approved work is
+// forwarded). A grant, even with scope full, gets 403 (pairing.Auth.Owner).
+func (n *Node) ownerRoutes(mux *http.ServeMux) func(pattern string, h http.HandlerFunc) {
+	return func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth.Owner(h)) }
 }
 
 // serveEvents streams change notices as server-sent events until the client

@@ -172,7 +172,7 @@ func (n *Node) Join(ctx context.Context, req JoinRequest, onSAS func(string, pai
 
 // pairRoutes mounts the owner's pairing endpoints on the local surface.
 func (n *Node) pairRoutes(mux *http.ServeMux) {
-	mux.Handle("POST /pair/sessions", n.auth.Local(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /pair/sessions", n.auth.Owner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ps, err := n.StartPairing()
 		if err != nil {
 			writeError(w, pairing.HTTPStatus(err), err)
@@ -180,7 +180,7 @@ func (n *Node) pairRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusCreated, ps)
 	})))
-	mux.Handle("POST /pair/join", n.auth.Local(http.HandlerFunc(n.serveJoin)))
+	mux.Handle("POST /pair/join", n.auth.Owner(http.HandlerFunc(n.serveJoin)))
 }
 
 // serveJoin runs a join and streams its progress as NDJSON: the SAS as soon

@@ -596,3 +596,63 @@ func TestPausedAndRevokedRefusedEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// TestFullGrantCannotConsent: a grant with scope full reads the admin
+// surface but cannot decide approvals (its own delegation included), mint
+// or change grants, start a pairing, set approval policies or redirect
+// approved work: those stay with the owner at the device (403). Without
+// this a full grant approved its own delegation and minted a grant that
+// kept working after the full grant was revoked.
+func TestFullGrantCannotConsent(t *testing.T) {
+	n := ptStart(t, "desk")
+	ptCLI(t, n, "a2a", "on")
+	var full app.GrantToken
+	ptJSON(t, n, &full, "grant", "create", "--name", "admin", "--scope", "full")
+	tok := full.Token
+
+	// Its own delegation waits for approval...
+	sent := make(chan string, 1)
+	go func() {
+		_, _, body := ptDo(t, n.BaseURL, ptReq{method: "POST", path: "/a2a/v1", token: tok,
+			body: `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"data","data":{"capability":"device.info"}}]}}}`})
+		sent <- body
+	}()
+	var as []app.Approval
+	apptest.WaitFor(t, 20*time.Second, "the delegation's approval", func() bool {
+		code, _, body := ptDo(t, n.BaseURL, ptReq{method: "GET", path: "/approvals", token: tok})
+		return code == 200 && json.Unmarshal([]byte(body), &as) == nil && len(as) == 1
+	})
+	if as[0].GrantID != full.ID {
+		t.Fatalf("approval %+v is not the full grant's", as[0])
+	}
+	for _, r := range []ptReq{
+		{method: "POST", path: "/approvals/" + as[0].ID, body: `{"decision":"approve"}`},
+		{method: "POST", path: "/nodes/devices", body: `{"name":"minted","scopes":["full"]}`},
+		{method: "POST", path: "/nodes/devices/" + full.ID, body: `{"approval":"allow"}`},
+		{method: "POST", path: "/config", body: `{"capability_policies":{"device.info":"allow"}}`},
+		{method: "POST", path: "/pair/sessions"},
+		{method: "POST", path: "/pair/join", body: `{}`},
+		{method: "POST", path: "/a2a/forward", body: `{"token":"x"}`},
+	} {
+		r.token = tok
+		if code, _, body := ptDo(t, n.BaseURL, r); code != http.StatusForbidden || !strings.Contains(body, "only this device's owner") {
+			t.Errorf("%s %s with a full grant: HTTP %d %s, want 403", r.method, r.path, code, body)
+		}
+	}
+	if got := n.CLI("grant", "list", "--json"); !strings.Contains(got.Stdout, full.ID) || strings.Contains(got.Stdout, "minted") {
+		t.Errorf("grants after the refused mint:\n%s", got.Stdout)
+	}
+	// The owner decides, and the log says so.
+	ptCLI(t, n, "deny", as[0].ID)
+	select {
+	case body := <-sent:
+		if !strings.Contains(body, `"rejected"`) {
+			t.Errorf("the denied delegation: %s", body)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("message/send did not return after the owner denied")
+	}
+	apptest.WaitFor(t, 10*time.Second, "the decision in the log", func() bool {
+		return strings.Contains(n.Logs(), `msg="approval decided" id=`+as[0].ID) && strings.Contains(n.Logs(), "decision=deny")
+	})
+}

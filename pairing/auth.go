@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Realm is the realm of every Bearer challenge meshtray sends.
@@ -52,7 +53,22 @@ type Auth struct {
 
 	copOnce sync.Once
 	cop     *http.CrossOriginProtection
+
+	// Refused requests that sent a token are logged at info, at most
+	// refusalLogBurst per refusalLogWindow (a stranger guessing tokens
+	// cannot flood the log); the rest at debug, counted in the next
+	// window's first record.
+	refusalMu      sync.Mutex
+	refusalWindow  time.Time // guarded by refusalMu
+	refusalLogged  int       // guarded by refusalMu
+	refusalDropped int       // guarded by refusalMu
 }
+
+// Bounds of the info-level log of refused requests.
+const (
+	refusalLogBurst  = 10
+	refusalLogWindow = time.Minute
+)
 
 // Require admits a bearer grant that has scope (ScopeFull has every scope)
 // and puts its Principal in the request context. Missing, malformed,
@@ -92,17 +108,7 @@ func (a *Auth) Local(h http.Handler) http.Handler { return a.LocalOr(ScopeFull, 
 func (a *Auth) LocalOr(scope Scope, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l, remote, ok := a.guard(w, r)
-		if !ok {
-			return
-		}
-		tok, _ := bearer(r)
-		if l == ListenerLoopback && tok != "" && !ValidToken(tok) {
-			if a.isControlToken(tok) {
-				p := &Principal{Local: true, Listener: l, RemoteAddr: remote}
-				h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
-				return
-			}
-			a.refuse(w, r, http.StatusUnauthorized, "invalid_token", "", "unknown token", "reason", "bad control token")
+		if !ok || a.serveOwner(w, r, l, remote, h) {
 			return
 		}
 		p, ok := a.grant(w, r, l, remote, scope)
@@ -111,6 +117,46 @@ func (a *Auth) LocalOr(scope Scope, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
+}
+
+// Owner admits the local owner only (as Local does). Any grant, ScopeFull
+// included, is refused 403: consent and trust stay with the person at the
+// device. The routes behind it decide approvals, mint or change grants,
+// start pairings and set approval policies; a grant that could do those
+// could approve its own delegations (DESIGN.md: each delegation is
+// approved by the owner) or mint tokens that outlive its revocation.
+func (a *Auth) Owner(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l, remote, ok := a.guard(w, r)
+		if !ok || a.serveOwner(w, r, l, remote, h) {
+			return
+		}
+		p, ok := a.grant(w, r, l, remote, "")
+		if !ok {
+			return
+		}
+		a.refuse(w, r, http.StatusForbidden, "", "", OwnerOnlyMessage, "reason", "owner only", "grant", p.Grant.ID)
+	})
+}
+
+// OwnerOnlyMessage is the error a grant gets on an owner-only route.
+const OwnerOnlyMessage = "only this device's owner may do this: approvals, grants, pairing and approval policies are decided at the device"
+
+// serveOwner serves h for the local owner (loopback listener, control
+// token) and reports whether it answered the request: served, or refused
+// for a wrong control token. It answers nothing for a grant token or none.
+func (a *Auth) serveOwner(w http.ResponseWriter, r *http.Request, l Listener, remote netip.AddrPort, h http.Handler) bool {
+	tok, _ := bearer(r)
+	if l != ListenerLoopback || tok == "" || ValidToken(tok) {
+		return false
+	}
+	if a.isControlToken(tok) {
+		p := &Principal{Local: true, Listener: l, RemoteAddr: remote}
+		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+		return true
+	}
+	a.refuse(w, r, http.StatusUnauthorized, "invalid_token", "", "unknown token", "reason", "bad control token")
+	return true
 }
 
 // Public admits anyone, after the Host and cross-origin checks: the pairing
@@ -217,14 +263,39 @@ func (a *Auth) refuse(w http.ResponseWriter, r *http.Request, status int, errCod
 	case errCode == "insufficient_scope":
 		w.Header().Set("WWW-Authenticate", `Bearer realm="`+Realm+`", error="insufficient_scope", scope="`+extra+`"`)
 	}
-	a.logger().LogAttrs(r.Context(), slog.LevelDebug, "request refused",
-		append([]slog.Attr{
-			slog.Int("status", status),
-			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path),
-			slog.String("remote", r.RemoteAddr),
-		}, attrsOf(attrs)...)...)
+	level, dropped := slog.LevelDebug, 0
+	if _, sent := bearer(r); sent {
+		level, dropped = a.refusalLevel(time.Now())
+	}
+	rec := append([]slog.Attr{
+		slog.Int("status", status),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("remote", r.RemoteAddr),
+	}, attrsOf(attrs)...)
+	if dropped > 0 {
+		rec = append(rec, slog.Int("earlier_refusals_not_logged", dropped))
+	}
+	a.logger().LogAttrs(r.Context(), level, "request refused", rec...)
 	writeError(w, status, msg)
+}
+
+// refusalLevel is the level of the next record of a refused request that
+// carried a token: info within the window's burst, debug beyond it. dropped
+// is how many went to debug in the window before, told once.
+func (a *Auth) refusalLevel(now time.Time) (level slog.Level, dropped int) {
+	a.refusalMu.Lock()
+	defer a.refusalMu.Unlock()
+	if now.Sub(a.refusalWindow) >= refusalLogWindow {
+		a.refusalWindow, a.refusalLogged = now, 0
+	}
+	if a.refusalLogged >= refusalLogBurst {
+		a.refusalDropped++
+		return slog.LevelDebug, 0
+	}
+	a.refusalLogged++
+	dropped, a.refusalDropped = a.refusalDropped, 0
+	return slog.LevelInfo, dropped
 }
 
 func attrsOf(kv []any) []slog.Attr {

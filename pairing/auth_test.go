@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -404,4 +405,72 @@ func BenchmarkRequire(b *testing.B) {
 			h.ServeHTTP(w, r)
 		}
 	})
+}
+
+// TestOwnerOnly: the owner-only routes (approvals, grants, pairing,
+// approval policies) admit the local owner and refuse every grant, scope
+// full included, with 403; a grant that could decide them could approve its
+// own delegations or mint tokens that outlive its revocation.
+func TestOwnerOnly(t *testing.T) {
+	t.Parallel()
+	f := newAuthFixture(t)
+	mux := http.NewServeMux()
+	mux.Handle("/approvals/x", f.auth.Owner(whoAmI))
+	loop := taggedServer(t, ListenerLoopback, mux)
+	tail := taggedServer(t, ListenerTailnet, mux)
+	if resp, body := do(t, loop.URL, call{method: "POST", path: "/approvals/x", token: f.control}); resp.StatusCode != 200 || body["local"] != true {
+		t.Errorf("local owner: %d %v", resp.StatusCode, body)
+	}
+	for _, c := range []struct {
+		name   string
+		base   string
+		token  string
+		status int
+	}{
+		{"full grant on loopback", loop.URL, f.fullTok, 403},
+		{"full grant on the tailnet", tail.URL, f.fullTok, 403},
+		{"agent grant", loop.URL, f.agentTok, 403},
+		{"no token", loop.URL, "", 401},
+		{"wrong control token", loop.URL, "ctl-wrong", 401},
+		{"control token off loopback", tail.URL, f.control, 401},
+		{"revoked grant", loop.URL, f.revokedTok, 401},
+	} {
+		resp, body := do(t, c.base, call{method: "POST", path: "/approvals/x", token: c.token})
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: %d, want %d (%v)", c.name, resp.StatusCode, c.status, body)
+		}
+		if c.status == 403 && body["error"] != OwnerOnlyMessage {
+			t.Errorf("%s: error %v, want the owner-only message", c.name, body["error"])
+		}
+	}
+}
+
+// TestRefusalsLogged: a refused request that carried a token is logged at
+// info (an owner can see tokens being guessed), at most refusalLogBurst
+// per window; the next window's first record counts those left at debug.
+// A request with no token at all stays at debug.
+func TestRefusalsLogged(t *testing.T) {
+	t.Parallel()
+	f := newAuthFixture(t)
+	var buf syncBuffer
+	f.auth.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv := taggedServer(t, ListenerTailnet, f.mux())
+	do(t, srv.URL, call{path: "/a2a/v1"}) // no token: debug
+	for range refusalLogBurst + 3 {
+		do(t, srv.URL, call{path: "/a2a/v1", token: f.revokedTok})
+	}
+	if n := strings.Count(buf.String(), `msg="request refused"`); n != refusalLogBurst {
+		t.Fatalf("%d info records of refusals, want %d:\n%s", n, refusalLogBurst, buf.String())
+	}
+	if strings.Contains(buf.String(), f.revokedTok) {
+		t.Fatal("a refused token is in the log")
+	}
+	// The next window: the first record says how many were not logged.
+	f.auth.refusalMu.Lock()
+	f.auth.refusalWindow = f.auth.refusalWindow.Add(-refusalLogWindow)
+	f.auth.refusalMu.Unlock()
+	do(t, srv.URL, call{path: "/a2a/v1", token: f.revokedTok})
+	if !strings.Contains(buf.String(), "earlier_refusals_not_logged=3") {
+		t.Fatalf("no count of the refusals left at debug:\n%s", buf.String())
+	}
 }

@@ -141,7 +141,7 @@ var scopeChoices = []struct {
 }{
 	{pairing.ScopeAgent, "agent — send tasks to this device (A2A)"},
 	{pairing.ScopeNode, "node — use this device's capabilities"},
-	{pairing.ScopeFull, "full — administer this device (grants, settings)"},
+	{pairing.ScopeFull, "full — manage this device (A2A, agents); approvals and grants stay with you"},
 }
 
 func scopeLabels(s pairing.Scopes) []string {
