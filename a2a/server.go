@@ -204,6 +204,24 @@ type Status struct {
 	LiveTasks int  `json:"live_tasks"`
 }
 
+// unpublished reports whether the endpoint answers 404 (RequirePublished and
+// unpublished).
+func (s *Server) unpublished() bool { return s.opts.RequirePublished && !s.published.Load() }
+
+// Gate wraps h, the middleware in front of this server (authentication),
+// with the same 404 as ServeHTTP while the endpoint is closed: a caller
+// without a token cannot tell a device that switched A2A off from one that
+// never spoke it (a 401 challenge would say "an agent lives here").
+func (s *Server) Gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.unpublished() {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // Status reports whether the card is published and how many tasks are live.
 func (s *Server) Status() Status {
 	s.mu.Lock()
@@ -485,7 +503,7 @@ func (s *Server) lookup(owner string, id a2a.TaskID) (*task, error) {
 // With Options.RequirePublished, every request is answered a plain 404
 // while unpublished.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.opts.RequirePublished && !s.published.Load() {
+	if s.unpublished() {
 		http.NotFound(w, r)
 		return
 	}

@@ -336,7 +336,7 @@ func (n *Node) goLoop(f func(ctx context.Context)) {
 func (n *Node) routes(mux *http.ServeMux) {
 	a := n.auth
 	mux.Handle("GET "+agent.CardPath, a.Public(n.agent.CardHandler()))
-	mux.Handle("POST /a2a/v1", a.Require(pairing.ScopeAgent, n.agent))
+	mux.Handle("POST /a2a/v1", n.agent.Gate(a.Require(pairing.ScopeAgent, n.agent)))
 	mux.Handle("GET /nodes/manifest", a.LocalOr(pairing.ScopeNode, n.registry.ManifestHandler()))
 	mux.Handle("POST /nodes/invoke", a.LocalOr(pairing.ScopeNode, n.registry.InvokeHandler()))
 	mux.Handle("GET "+mesh.HelloPath, a.Public(n.disc.HelloHandler()))
