@@ -184,7 +184,7 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 		Run:   func(*cobra.Command, []string) { fmt.Fprintln(c.opts.Stdout, "meshtray", Version) },
 	})
 
-	root.AddCommand(c.idCommand(), c.statusCommand(), c.a2aCommand(), c.grantCommand(),
+	root.AddCommand(c.idCommand(), c.statusCommand(), c.manifestCommand(), c.a2aCommand(), c.grantCommand(),
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
 		c.lanCommand(), c.pairCommand(), c.peersCommand(),
 		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand())

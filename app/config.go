@@ -203,7 +203,7 @@ func LoadConfigFile(cfg *Config) (path string, err error) {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Port < 0 || c.Port > 65535 { // 0: any free port (tests)
-		errs = append(errs, fmt.Errorf("port %d out of range 1-65535", c.Port))
+		errs = append(errs, fmt.Errorf("port %d out of range 0-65535 (0: any free port)", c.Port))
 	}
 	if strings.TrimSpace(c.Name) == "" {
 		errs = append(errs, errors.New("name is empty"))

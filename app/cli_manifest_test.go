@@ -1,0 +1,53 @@
+package app_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"meshtray/app/apptest"
+	"meshtray/nodes"
+	"meshtray/pairing"
+)
+
+// TestManifestCLI: `meshtray manifest` lists the node's capabilities with
+// their policies, and `manifest set` changes one, which the manifest and a
+// restart both show.
+func TestManifestCLI(t *testing.T) {
+	n := ptStart(t, "desk")
+	out := ptCLI(t, n, "manifest").Stdout
+	if !strings.Contains(out, "CAPABILITY") || !strings.Contains(out, "device.info") || !strings.Contains(out, "system.run") {
+		t.Fatalf("manifest table:\n%s", out)
+	}
+	policy := func() pairing.Policy {
+		var m nodes.Manifest
+		ptJSON(t, n, &m, "manifest")
+		i := slices.IndexFunc(m.Capabilities, func(c nodes.Capability) bool { return c.Name == "device.info" })
+		if i < 0 {
+			t.Fatalf("no device.info in %+v", m)
+		}
+		return m.Capabilities[i].Approval
+	}
+	if p := policy(); p != pairing.PolicyAllow {
+		t.Fatalf("device.info starts at %q, want allow", p)
+	}
+	if got := ptCLI(t, n, "manifest", "set", "device.info", "ask").Stdout; !strings.Contains(got, "device.info: approval ask") {
+		t.Errorf("manifest set said %q", got)
+	}
+	if p := policy(); p != pairing.PolicyAsk {
+		t.Fatalf("device.info after set: %q, want ask", p)
+	}
+	if r := n.CLI("manifest", "set", "device.info", "maybe"); r.Code != 2 {
+		t.Errorf("a bad policy: exit %d, want 2 (usage)\n%s", r.Code, r.Stderr)
+	}
+	if r := n.CLI("manifest", "set", "no.such", "ask"); r.Code == 0 || !strings.Contains(r.Stderr, "no.such") {
+		t.Errorf("an unknown capability: exit %d %q", r.Code, r.Stderr)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n = apptest.StartNode(t, apptest.Options{Name: "desk", StateDir: n.StateDir, Config: "tailscale = false\n"})
+	if p := policy(); p != pairing.PolicyAsk {
+		t.Fatalf("device.info after a restart: %q, want ask", p)
+	}
+}
