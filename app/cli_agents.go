@@ -85,7 +85,7 @@ when one is given).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := AgentRequest{URL: args[0]}
 			if tokenStdin {
-				tok, err := readSecretLine(c.opts.Stdin)
+				tok, err := readSecretLine(c.opts.Stdin, "token")
 				if err != nil {
 					return err
 				}
@@ -191,14 +191,17 @@ func (c *cli) printAgents(as []agent.Agent) {
 }
 
 // readSecretLine reads the first line of r (a token piped in).
-func readSecretLine(r io.Reader) (string, error) {
+// readSecretLine reads the first line of r (a secret kept out of argv,
+// where other users of the machine see it in ps); what names it in the
+// error when there is none.
+func readSecretLine(r io.Reader, what string) (string, error) {
 	line, err := bufio.NewReader(io.LimitReader(r, agent.MaxTokenLen+2)).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
 	line = strings.TrimSpace(line)
 	if line == "" {
-		return "", usageError{errors.New("no token on stdin")}
+		return "", usageError{fmt.Errorf("no %s on stdin", what)}
 	}
 	return line, nil
 }
@@ -887,7 +890,7 @@ in the config file); ` + "`clear`" + ` removes it; ` + "`check`" + ` fetches and
 					return err
 				}
 			case "token":
-				tok, err := readSecretLine(c.opts.Stdin)
+				tok, err := readSecretLine(c.opts.Stdin, "token")
 				if err != nil {
 					return err
 				}

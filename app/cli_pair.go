@@ -29,13 +29,23 @@ func (c *cli) pairCommand() *cobra.Command {
 one-time code (10 minutes, single use) for a phone or another computer, then
 wait for the claim, show its verification code (SAS) and ask you to approve.
 
-With --join, claim the code another meshtray shows: this device pins that
+With --join, claim the code another meshtray shows (--join - reads the URL
+from stdin, so the code is not in the process list): this device pins that
 device's certificate, shows the verification code, waits for its owner to
 approve, keeps the grant it receives in the keychain and, with --give, gives
 that device a grant back (mutual pairing).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("join") {
+				if join == "-" {
+					// From stdin: the URL carries the one-time code, and
+					// argv is visible to every user of the machine (ps).
+					line, err := readSecretLine(c.opts.Stdin, "pairing URL")
+					if err != nil {
+						return err
+					}
+					join = line
+				}
 				if strings.TrimSpace(join) == "" {
 					return usageError{errors.New("--join needs the pairing URL the other device shows (https://host:port/pair#c=CODE&fp=FP)")}
 				}
@@ -50,7 +60,7 @@ that device a grant back (mutual pairing).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&join, "join", "", "claim the pairing URL another device shows (https://host:port/pair#c=CODE&fp=FP)")
+	f.StringVar(&join, "join", "", `claim the pairing URL another device shows (https://host:port/pair#c=CODE&fp=FP); "-" reads it from stdin, out of sight of ps`)
 	f.StringVar(&code, "code", "", "with --join: the one-time code, when the URL has none")
 	f.StringVar(&fp, "fp", "", "with --join: the other device's certificate fingerprint, when the URL has none")
 	f.StringVar(&ask, "ask", "agent,node", "with --join: scopes to ask for (the other owner decides)")

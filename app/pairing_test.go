@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -121,8 +122,8 @@ type ptPairing struct {
 	Start          apptest.Result // a's `pair --json` output
 }
 
-// ptPairByCLI runs the CLI flow: a `pair --json`, b `pair --join URL
-// --give GIVE` (waits for the owner), a `approvals --json`, a `approve ID
+// ptPairByCLI runs the CLI flow: a `pair --json`, b `pair --join -
+// --give GIVE` with the URL on stdin (waits for the owner), a `approvals --json`, a `approve ID
 // --scopes SCOPES`. url overrides the URL b joins (a's loopback one by
 // default); code overrides the code.
 func ptPairByCLI(t *testing.T, a, b *apptest.Node, scopes, give string) ptPairing {
@@ -139,7 +140,15 @@ func ptPairByCLI(t *testing.T, a, b *apptest.Node, scopes, give string) ptPairin
 		t.Fatalf("pair --json: %q: %v", p.Start.Stdout, err)
 	}
 	p.Code, p.URL = sess.Code, sess.URLs[len(sess.URLs)-1]
-	wait := ptBackground(t, "pair", "--join", p.URL, "--give", give, "--state-dir", b.StateDir)
+	// The URL goes in on stdin (--join -): the code in it stays out of the
+	// process list, where other users of the machine could read it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cmd := apptest.Command(ctx, nil, "pair", "--join", "-", "--give", give, "--state-dir", b.StateDir)
+	cmd.Stdin = strings.NewReader(p.URL + "\n")
+	wait := ptBackgroundCmd(t, cmd, cancel)
+	if argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); err == nil && strings.Contains(string(argv), p.Code) {
+		t.Errorf("the one-time code is in the joining process's argv: %q", argv)
+	}
 	var pa app.Approval
 	apptest.WaitFor(t, 30*time.Second, "the pairing request on "+a.StateDir, func() bool {
 		var as []app.Approval
