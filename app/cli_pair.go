@@ -64,7 +64,7 @@ that device a grant back (mutual pairing).`,
 	f.StringVar(&code, "code", "", "with --join: the one-time code, when the URL has none")
 	f.StringVar(&fp, "fp", "", "with --join: the other device's certificate fingerprint, when the URL has none")
 	f.StringVar(&ask, "ask", "agent,node", "with --join: scopes to ask for (the other owner decides)")
-	f.StringVar(&give, "give", "agent", `with --join: scopes to give the other device back ("none": a one-way pairing)`)
+	f.StringVar(&give, "give", "agent", `with --join: scopes to give the other device back ("none": a one-way pairing, which also revokes what this device gave it before)`)
 	f.BoolVar(&noWait, "no-wait", false, "print the code and exit without waiting for the claim")
 	f.BoolVar(&c.asJSON, "json", false, "print JSON for scripts: without --join, {url, urls, code, fingerprint, expires} at once, without waiting for a claim (decide it with meshtray approvals/approve); with --join, the result")
 	return cmd
@@ -344,6 +344,9 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 				return c.printJSON(r)
 			}
 			fmt.Fprintf(c.opts.Stdout, "Paired with %s (%s): it gave this device %s.\n", oneLine(r.Peer.Name, 64), oneLine(orUnknown(r.Peer.OS), 64), scopesOrNone(r.Peer.Scopes))
+			for _, id := range r.Revoked {
+				fmt.Fprintf(c.opts.Stdout, "One-way pairing: the grant %s this device gave it before is revoked.\n", id)
+			}
 			if r.Gave != "" {
 				fmt.Fprintf(c.opts.Stdout, "This device gave it grant %s (%s).\n", r.Gave, req.Give)
 			}

@@ -79,7 +79,8 @@ func (e JoinEvent) LogValue() slog.Value {
 // JoinOutcome is what a completed join did.
 type JoinOutcome struct {
 	Peer         HeldView `json:"peer"`
-	Gave         string   `json:"gave,omitempty"` // grant id given back, when mutual
+	Gave         string   `json:"gave,omitempty"`    // grant id given back, when mutual
+	Revoked      []string `json:"revoked,omitempty"` // grants given that device before, revoked by a one-way pairing
 	FirstContact bool     `json:"first_contact,omitempty"`
 }
 
@@ -165,6 +166,9 @@ func (n *Node) Join(ctx context.Context, req JoinRequest, onSAS func(string, pai
 	}
 	if res.Given != nil {
 		out.Gave = res.Given.ID
+	}
+	for _, g := range res.Revoked {
+		out.Revoked = append(out.Revoked, g.ID)
 	}
 	n.log.Info("paired as claimant", "peer", res.Held)
 	return out, nil

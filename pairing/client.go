@@ -167,7 +167,10 @@ type JoinOptions struct {
 type JoinResult struct {
 	Held  Held   // the grant the other device gave us (stored)
 	Given *Grant // the grant we gave it, nil when none
-	SAS   string
+	// Revoked are the grants we had given that device before, revoked by
+	// a one-way (re-)pairing (none given back).
+	Revoked []Grant
+	SAS     string
 	// FirstContact: no fingerprint was given, the one seen on first contact
 	// was pinned; only the owners' SAS comparison vouches for it.
 	FirstContact bool
@@ -297,6 +300,14 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 	res := JoinResult{Held: h, SAS: sas, FirstContact: firstLook}
 	log.Info("paired: holding a grant", "held", h)
 	if len(o.Give) == 0 {
+		// A one-way pairing replaces an earlier mutual one: what this
+		// device gave that peer before goes, as a mutual re-pairing
+		// replaces it with the new grant.
+		revoked, err := o.Grants.RevokeOlder(issuer.ID, "")
+		if err != nil {
+			log.Warn("cannot revoke the grants given to this device before", "peer", issuerID, "err", err)
+		}
+		res.Revoked = revoked
 		return res, nil
 	}
 

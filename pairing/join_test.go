@@ -608,3 +608,49 @@ func TestWhoAmIPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestOneWayRepairingRevokesWhatWasGiven: B pairs with A both ways, then
+// again one way (gives nothing): the grant B gave A in the first pairing
+// is revoked, as a mutual re-pairing replaces it, and reported.
+func TestOneWayRepairingRevokesWhatWasGiven(t *testing.T) {
+	t.Parallel()
+	a := newNode(t, "laptop", nodeOpts{})
+	b := newNode(t, "desktop", nodeOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pair := func(give Scopes) JoinResult {
+		t.Helper()
+		s, err := a.p.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sas := make(chan string, 1)
+		decided := a.approveNext(t, sas, true, Scopes{ScopeAgent})
+		res, err := b.join(ctx, a, s, give, sas, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-decided; err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := pair(Scopes{ScopeAgent})
+	if first.Given == nil || len(b.g.ByPeer(a.id.ID.String())) != 1 {
+		t.Fatalf("the mutual pairing gave nothing: %+v", first)
+	}
+	second := pair(nil)
+	if second.Given != nil {
+		t.Fatalf("a one-way pairing gave %+v", second.Given)
+	}
+	if left := b.g.ByPeer(a.id.ID.String()); len(left) != 0 {
+		t.Fatalf("B still gives A %+v after a one-way re-pairing", left)
+	}
+	if len(second.Revoked) != 1 || second.Revoked[0].ID != first.Given.ID {
+		t.Fatalf("revoked %+v, want the first pairing's grant %s", second.Revoked, first.Given.ID)
+	}
+	// A's grant to B is the second pairing's only.
+	if got := a.g.ByPeer(b.id.ID.String()); len(got) != 1 || got[0].ID != second.Held.GrantID {
+		t.Fatalf("A gives B %+v, want only %s", got, second.Held.GrantID)
+	}
+}
