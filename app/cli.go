@@ -92,7 +92,8 @@ func Main(args []string, opts CLIOptions) int {
 	case errors.As(err, &wrongPort):
 		return ExitNotRunning
 	case errors.Is(err, ErrNotRunning):
-		fmt.Fprintln(opts.Stderr, "start it with `meshtray` (tray) or `meshtray serve` (headless), with the same --state-dir")
+		fmt.Fprintln(opts.Stderr, "start it with `meshtray` (tray) or `meshtray serve` (headless), with the same --state-dir;\n"+
+			"a node started with another --state-dir is reached with that --state-dir (--port alone does not find it)")
 		return ExitNotRunning
 	case errors.Is(err, keychain.ErrUnavailable):
 		return ExitNoKeychain
@@ -164,7 +165,7 @@ loopback control surface, found through --state-dir.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&c.stateDir, "state-dir", DefaultStateDir(), "state directory (config, settings, lock)")
-	pf.IntVar(&c.port, "port", 0, fmt.Sprintf("TCP port of the node (default %d, or the running node's)", DefaultPort))
+	pf.IntVar(&c.port, "port", 0, fmt.Sprintf("TCP port of the node (default %d); other commands find the node by --state-dir and check it listens here", DefaultPort))
 	c.nodeFlags(root.Flags())
 
 	serve := &cobra.Command{

@@ -51,3 +51,25 @@ func TestManifestCLI(t *testing.T) {
 		t.Fatalf("device.info after a restart: %q, want ask", p)
 	}
 }
+
+// TestCLIErrorsSayWhich: a grant or approval ID that names nothing is
+// said back with where the IDs are listed, for every grant action and for
+// a second decision on the same approval.
+func TestCLIErrorsSayWhich(t *testing.T) {
+	n := ptStart(t, "desk")
+	for _, args := range [][]string{
+		{"grant", "pause", "nosuch"}, {"grant", "resume", "nosuch"}, {"grant", "revoke", "nosuch"},
+		{"grant", "rotate", "nosuch"}, {"grant", "set", "nosuch", "--approval", "ask"},
+	} {
+		r := n.CLI(args...)
+		if r.Code != 1 || !strings.Contains(r.Stderr, "no grant nosuch (meshtray grant list") || strings.Contains(r.Stderr, "pairing:") {
+			t.Errorf("meshtray %v: exit %d %q", args, r.Code, r.Stderr)
+		}
+	}
+	for _, args := range [][]string{{"approve", "NOPE"}, {"deny", "NOPE"}} {
+		r := n.CLI(args...)
+		if r.Code != 1 || !strings.Contains(r.Stderr, "no pending approval with that id: NOPE (meshtray approvals lists them)") {
+			t.Errorf("meshtray %v: exit %d %q", args, r.Code, r.Stderr)
+		}
+	}
+}

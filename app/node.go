@@ -735,12 +735,26 @@ func (n *Node) CreateGrant(req GrantRequest) (GrantToken, error) {
 	return GrantToken{ID: g.ID, Token: tok}, nil
 }
 
+// noGrantError is pairing.ErrNoGrant said for the CLI: which ID, and
+// where the IDs are.
+type noGrantError struct{ id string }
+
+func (e *noGrantError) Error() string {
+	return "no grant " + e.id + " (meshtray grant list shows the grants this device issued)"
+}
+func (e *noGrantError) Unwrap() error { return pairing.ErrNoGrant }
+
 // LogValue implements slog.LogValuer without the token.
 func (t GrantToken) LogValue() slog.Value { return slog.GroupValue(slog.String("id", t.ID)) }
 
 // UpdateGrant pauses, resumes, revokes or rotates a grant, or sets its
 // approval policy. Only rotate returns a token.
-func (n *Node) UpdateGrant(id string, u GrantUpdate) (GrantToken, error) {
+func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
+	defer func() {
+		if errors.Is(err, pairing.ErrNoGrant) {
+			err = &noGrantError{id: clipID(id)}
+		}
+	}()
 	if (u.Action == "") == (u.Approval == "") {
 		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate) or "approval" (ask, allow, deny)`)
 	}
@@ -750,7 +764,6 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (GrantToken, error) {
 		}
 		return GrantToken{}, n.grants.SetPolicy(id, u.Approval)
 	}
-	var err error
 	switch u.Action {
 	case ActionPause:
 		if err = n.grants.Pause(id); err == nil || !errors.Is(err, pairing.ErrNoGrant) {
