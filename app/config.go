@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -205,8 +206,14 @@ func (c *Config) Validate() error {
 	if c.Port < 0 || c.Port > 65535 { // 0: any free port (tests)
 		errs = append(errs, fmt.Errorf("port %d out of range 0-65535 (0: any free port)", c.Port))
 	}
+	if strings.TrimSpace(c.StateDir) == "" {
+		errs = append(errs, errors.New("state dir is empty (--state-dir, or leave it out for the default)"))
+	}
 	if strings.TrimSpace(c.Name) == "" {
 		errs = append(errs, errors.New("name is empty"))
+	}
+	if strings.IndexFunc(c.Name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		errs = append(errs, fmt.Errorf("name %q has control or invisible characters", c.Name))
 	}
 	if len(c.Name) > 64 {
 		errs = append(errs, fmt.Errorf("name is %d bytes long; at most 64", len(c.Name)))

@@ -94,8 +94,10 @@ func TestValidate(t *testing.T) {
 	c.Port = 70000
 	c.Keychain = "vault"
 	c.LogLevel = "loud"
+	c.StateDir = " "
+	c.Name = "Evil\x1b[2J\nline"
 	err := c.Validate()
-	for _, want := range []string{"port 70000", `keychain "vault"`, `log level "loud"`} {
+	for _, want := range []string{"port 70000", `keychain "vault"`, `log level "loud"`, "state dir is empty", "control or invisible characters"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}

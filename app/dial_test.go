@@ -143,7 +143,7 @@ func TestStateDirMadePrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o700 || !strings.Contains(n.Logs(), "made private") {
+	if fi.Mode().Perm() != 0o700 || !strings.Contains(n.Logs(), "made private") || !strings.Contains(n.Logs(), "was=0755") {
 		t.Fatalf("state dir mode %v after start (want 0700 and a warning)\n%s", fi.Mode().Perm(), n.Logs())
 	}
 
@@ -155,5 +155,9 @@ func TestStateDirMadePrivate(t *testing.T) {
 	r := apptest.RunCLI(t, nil, "serve", "--state-dir", shared, "--port", "0", "--keychain", "file")
 	if fi, _ := os.Stat(shared); r.Code == 0 || !strings.Contains(r.Stderr, "private directory") || fi.Mode().Perm() != 0o777 {
 		t.Fatalf("sticky shared state dir: exit %d, mode %v\n%s", r.Code, fi.Mode(), r.Stderr)
+	}
+	// Refused before anything is written there.
+	if ents, _ := os.ReadDir(shared); len(ents) != 0 {
+		t.Fatalf("the refused shared dir got %v", ents)
 	}
 }

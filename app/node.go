@@ -151,10 +151,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			n.Close()
 		}
 	}()
-	if n.lock, err = AcquireLock(cfg.StateDir); err != nil {
-		return err
+	// A shared directory is refused before anything is written to it.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	if err := secureStateDir(cfg.StateDir, n.log); err != nil {
+		return err
+	}
+	if n.lock, err = AcquireLock(cfg.StateDir); err != nil {
 		return err
 	}
 	recorded, err := checkKeychainBackend(cfg.StateDir, cfg.Keychain)

@@ -138,7 +138,7 @@ func secureStateDir(dir string, log *slog.Logger) error {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s is accessible to others (mode %v) and cannot be made private: %w", dir, perm, err)
 	}
-	log.Warn("state dir was accessible to other users; made private (0700)", "dir", dir, "was", perm.String())
+	log.Warn("state dir was accessible to other users; made private (0700)", "dir", dir, "was", fmt.Sprintf("%#o", perm))
 	return nil
 }
 
