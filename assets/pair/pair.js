@@ -306,14 +306,28 @@
     const https = location.protocol === "https:";
     $("cert-https").hidden = !https;
     $("cert-http").hidden = https;
-    const mismatch = st.fpBad || (st.fp !== "" && st.fp !== iss.fp);
+    const mismatch = fpMismatch();
     $("cert").open = https || mismatch;
     $("cert-summary").textContent = https ? "About the “not secure” warning" : "Certificate fingerprint";
     $("fp-mismatch").hidden = !mismatch;
-    $("fp-match").hidden = mismatch || st.fp === "";
-    $("claim-btn").disabled = mismatch;
+    $("fp-confirm-box").hidden = !https || mismatch;
+    $("claim-btn").disabled = claimBlocked();
     $("already").hidden = !st.grant;
     show("view-pair", { focus });
+  }
+
+  // fpMismatch: the QR code names another certificate than the computer
+  // at this address reports (a wrong address, or a stale QR code).
+  function fpMismatch() {
+    return st.fpBad || (st.fp !== "" && st.fp !== st.issuer.fp);
+  }
+
+  // claimBlocked: Pair stays disabled on a fingerprint mismatch and, over
+  // HTTPS, until the person confirms they compared the fingerprint in the
+  // browser's certificate details: page script cannot see the certificate
+  // of its own connection, so only that comparison detects a relay.
+  function claimBlocked() {
+    return fpMismatch() || (location.protocol === "https:" && !$("fp-confirm").checked);
   }
 
   // ------------------------------------------------------------------ claim
@@ -370,7 +384,7 @@
     } finally {
       $("claim-label").hidden = false;
       $("claim-busy").hidden = true;
-      btn.disabled = false;
+      btn.disabled = claimBlocked();
     }
     if (!resp.ok) return claimRefused(resp);
     const cr = await readJSON(resp);
@@ -402,7 +416,7 @@
     }
     $("sas").textContent = spacedSAS(mine);
     $("sas").setAttribute("aria-label", "Verification code " + mine.split("").join(" "));
-    $("sas-check").textContent = "✓ The computer’s answer carries the same code.";
+    $("sas-check").textContent = "Approve on the computer only if it shows this same code.";
     const exp = new Date(cr.expires);
     $("sas-expires").textContent = isNaN(exp) ? "" : "The request waits for approval until " + exp.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) + ".";
     $("sas-waiting").hidden = false;
@@ -428,7 +442,7 @@
         btn.disabled = true;
         banner("warn", "Too many tries from this phone. Wait " + s + " seconds, then try again.");
         setTimeout(() => {
-          btn.disabled = false;
+          btn.disabled = claimBlocked();
           clearBanner();
         }, s * 1000);
         return;
@@ -1109,6 +1123,7 @@
 
   function init() {
     $("claim-form").addEventListener("submit", claim);
+    $("fp-confirm").addEventListener("change", () => { $("claim-btn").disabled = claimBlocked(); });
     $("code").addEventListener("input", (e) => {
       const v = normCode(e.target.value);
       if (v !== e.target.value) e.target.value = v;
