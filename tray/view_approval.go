@@ -12,6 +12,7 @@ import (
 	"fyne.io/fyne/v2/widget"
 
 	"meshtray/app"
+	"meshtray/nodes"
 )
 
 // approvalView is the approval popup: the pending approvals queue in one
@@ -217,7 +218,7 @@ func (v *approvalView) render() {
 	v.summary.SetText(a.Summary)
 	detail := strings.TrimSpace(a.Detail)
 	if detail != "" && detail != strings.TrimSpace(a.Summary) {
-		v.detail.SetText(detail)
+		v.detail.SetText(escapeLines(detail))
 		v.detailBox.Show()
 		v.detailBox.ScrollToTop()
 	} else {
@@ -241,6 +242,7 @@ func (v *approvalView) render() {
 			v.always.SetChecked(false)
 			v.alwaysFor = a.ID
 		}
+		v.always.SetText(alwaysLabel(a))
 		v.always.Show()
 	} else {
 		v.always.Hide()
@@ -262,6 +264,16 @@ func (v *approvalView) render() {
 // every capability and every delegation of that device at once.
 func offersAlways(a app.Approval) bool {
 	return a.Kind == app.KindDelegation && a.GrantID != ""
+}
+
+// alwaysLabel names what "always allow" covers: the device when the grant
+// belongs to a paired device, else the grant (a token minted for a script
+// or an agent is not a device).
+func alwaysLabel(a app.Approval) string {
+	if a.DeviceID != "" {
+		return "Always allow from this device"
+	}
+	return "Always allow this grant (" + nodes.EscapeInvisible(a.Peer) + ")"
 }
 
 // approvalTitle is the popup's headline for a.
@@ -297,4 +309,17 @@ func fromText(a app.Approval) string {
 		parts = append(parts, a.OS)
 	}
 	return strings.Join(parts, " · ")
+}
+
+// escapeLines shows text from a requester as it is, line by line: every
+// invisible rune but the line breaks (bidirectional overrides that reorder
+// what the owner reads, zero-width characters, carriage returns) becomes a
+// visible \uXXXX escape, as the CLI and the one-line summary show them
+// (nodes.EscapeInvisible; Trojan Source, CVE-2021-42574).
+func escapeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = nodes.EscapeInvisible(l)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -194,7 +194,8 @@ func TestApprovalViewAlwaysOnlyForDelegations(t *testing.T) {
 		a      app.Approval
 		offers bool
 	}{
-		{"delegation from a grant", app.Approval{Kind: app.KindDelegation, GrantID: "g1", Peer: "phone"}, true},
+		{"delegation from a paired device", app.Approval{Kind: app.KindDelegation, GrantID: "g1", Peer: "phone", DeviceID: "ABCDEFG"}, true},
+		{"delegation from a minted grant", app.Approval{Kind: app.KindDelegation, GrantID: "g2", Peer: "curl-agent"}, true},
 		{"capability call from a grant", app.Approval{Kind: app.KindCapability, GrantID: "g1", Peer: "phone", Summary: "clipboard.read"}, false},
 		{"capability call of the owner", app.Approval{Kind: app.KindCapability, Peer: "this device", Summary: "clipboard.read"}, false},
 		{"pairing", app.Approval{Kind: app.KindPairing, Peer: "desk", SAS: "123456"}, false},
@@ -209,6 +210,10 @@ func TestApprovalViewAlwaysOnlyForDelegations(t *testing.T) {
 			v.set([]app.Approval{a})
 			if v.always.Visible() != tt.offers {
 				t.Fatalf("'Always allow' visible = %v, want %v", v.always.Visible(), tt.offers)
+			}
+			// It names what it covers: a token minted for a script is not a device.
+			if want := map[string]string{"g1": "Always allow from this device", "g2": "Always allow this grant (curl-agent)"}[a.GrantID]; tt.offers && v.always.Text != want {
+				t.Errorf("label %q, want %q", v.always.Text, want)
 			}
 			v.always.SetChecked(true) // even if set behind the owner's back
 			test.Tap(button(t, v.root, "Approve"))
@@ -322,5 +327,20 @@ func TestPairViewStates(t *testing.T) {
 	v.claimGone()
 	if v.state != pairFailed {
 		t.Error("a vanished claim leaves the window waiting")
+	}
+}
+
+// TestApprovalDetailShowsHiddenCharacters: a bidirectional override in a
+// delegation's text cannot reorder what the owner reads in the popup (it
+// read "Backup finished OK complete" for "...\u202eetelpmoc\u202c"): it is
+// shown as an escape, and the lines stay lines.
+func TestApprovalDetailShowsHiddenCharacters(t *testing.T) {
+	newTestApp(t)
+	v := newApprovalView(func(app.Approval, app.ApprovalDecision) {})
+	v.set([]app.Approval{{ID: "A", Kind: app.KindDelegation, Peer: "agent", Summary: "Backup finished OK \\u202Eetelpmoc\\u202C",
+		Detail: "Backup finished OK \u202eetelpmoc\u202c\nplease approve\u200b now\r", Expires: time.Now().Add(time.Minute)}})
+	want := "Backup finished OK \\u202Eetelpmoc\\u202C\nplease approve\\u200B now"
+	if v.detail.Text != want {
+		t.Fatalf("detail %q, want %q", v.detail.Text, want)
 	}
 }
