@@ -91,26 +91,49 @@ func (n *Node) StartPairing() (PairingSession, error) {
 		return PairingSession{}, err
 	}
 	ps := PairingSession{Code: s.Code, Fingerprint: s.Fingerprint, DeviceID: s.DeviceID, Expires: s.Expires}
-	// A phone on the same network reaches the LAN address (on only when
-	// the owner chose it); otherwise the tailnet one.
+	ps.SetURLs(n.PairingBases())
+	n.events.Publish(EventPairing)
+	return ps, nil
+}
+
+// PairingBases are the base URLs a pairing URL can start with, best first
+// (GET /pair/bases): HTTPS on the LAN addresses (on only when the owner
+// chose it), then the tailnet ones, then loopback over TLS (a second node
+// on this machine). They follow the listeners: a window showing a code
+// re-reads them when the status changes.
+type PairingBases struct {
+	Bases    []string `json:"bases"`
+	Loopback string   `json:"loopback"`
+}
+
+// PairingBases lists this node's pairing bases now.
+func (n *Node) PairingBases() PairingBases {
+	var b PairingBases
 	for _, kind := range []pairing.Listener{pairing.ListenerLAN, pairing.ListenerTailnet} {
 		for _, l := range n.listeners.Remote() {
-			if l.Kind != kind {
-				continue
-			}
-			u := s.URL(l.URL)
-			ps.URLs = append(ps.URLs, u)
-			if ps.URL == "" {
-				ps.URL = u
+			if l.Kind == kind {
+				b.Bases = append(b.Bases, l.URL)
 			}
 		}
 	}
-	ps.URLs = append(ps.URLs, s.URL(n.loopbackTLS))
+	b.Loopback = n.loopbackTLS
+	return b
+}
+
+// SetURLs fills URL, URLs and Hint of ps from b.
+func (ps *PairingSession) SetURLs(b PairingBases) {
+	s := pairing.Session{Code: ps.Code, Fingerprint: ps.Fingerprint}
+	ps.URL, ps.URLs, ps.Hint = "", nil, ""
+	for _, base := range b.Bases {
+		ps.URLs = append(ps.URLs, s.URL(base))
+	}
+	if len(ps.URLs) > 0 {
+		ps.URL = ps.URLs[0]
+	}
+	ps.URLs = append(ps.URLs, s.URL(b.Loopback))
 	if ps.URL == "" {
 		ps.Hint = "this device is not reachable from other devices yet: turn on \"Reachable on local network\" (meshtray lan on) or Tailscale; the loopback URL works for a second meshtray on this machine only"
 	}
-	n.events.Publish(EventPairing)
-	return ps, nil
 }
 
 // selfURLFor is this device's base URL as seen from the network peer is on:
@@ -185,6 +208,9 @@ func (n *Node) pairRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusCreated, ps)
 	})))
 	mux.Handle("POST /pair/join", n.auth.Owner(http.HandlerFunc(n.serveJoin)))
+	mux.Handle("GET /pair/bases", n.auth.Owner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.PairingBases())
+	})))
 }
 
 // serveJoin runs a join and streams its progress as NDJSON: the SAS as soon

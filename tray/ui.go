@@ -507,6 +507,26 @@ func (u *uiProc) pairWindow() *uiWin {
 		if slices.Contains(ts, app.EventGrants) && decided != "" {
 			checkPaired()
 		}
+		if slices.Contains(ts, app.EventStatus) && v.state == pairCode {
+			// Listeners come and go (LAN switched off, the tailnet up): the
+			// QR code must name an address that answers now.
+			u.bg(func(ctx context.Context) func() {
+				var b app.PairingBases
+				if err := u.call(ctx, http.MethodGet, "/pair/bases", nil, &b); err != nil {
+					return nil
+				}
+				return func() {
+					if v.state != pairCode {
+						return
+					}
+					ps := v.session
+					ps.SetURLs(b)
+					if !slices.Equal(ps.URLs, v.session.URLs) {
+						v.setSession(ps)
+					}
+				}
+			})
+		}
 		if !slices.Contains(ts, app.EventApprovals) || (v.state != pairCode && v.state != pairClaim) {
 			return
 		}
@@ -578,7 +598,7 @@ func (u *uiProc) devicesWindow() *uiWin {
 						}
 					}, uw.w)
 			case app.ActionRotate:
-				dialog.ShowConfirm("Rotate the token of "+g.Name+"?", "The old token stops working. A paired meshtray device receives the new one; for anything else you must copy it over.",
+				dialog.ShowConfirm("Rotate the token of "+g.Name+"?", rotateText(g),
 					func(ok bool) {
 						if ok {
 							send(g, app.GrantUpdate{Action: action})
@@ -686,8 +706,11 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 				if err := u.call(ctx, http.MethodGet, "/ui/peers/"+id+"/manifest", nil, &m); err != nil {
 					errText = err.Error()
 					var ae *app.APIError
-					if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-						errText = "It has not given this device access: pair with it (Pair a device… on it, then join its code here) to see what it offers."
+					switch {
+					case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+						errText = "It has not given this device access. To see what it offers, pair: choose Pair a device… on it, then run meshtray pair --join with the address it shows, here."
+					case errors.As(err, &ae) && ae.Status == http.StatusForbidden:
+						errText = "It gave this device no access to its capabilities (the node scope), so they are not shown. Its owner can pair again and give node."
 					}
 				}
 			}
@@ -788,4 +811,15 @@ func (u *uiProc) manifestWindow() *uiWin {
 	}
 	refresh()
 	return uw
+}
+
+// rotateText is the confirmation of a token rotation: where the new token
+// goes. A paired meshtray receives it; a grant with no device behind it (a
+// phone paired through its page, a token minted for a script) does not.
+func rotateText(g pairing.Grant) string {
+	if g.PeerID != "" {
+		return "The old token stops working. The paired device receives the new one."
+	}
+	return "The old token stops working at once. The new one is shown once, to copy to the script or agent that uses it.\n" +
+		"A phone paired through its page cannot receive it: it will have to pair again."
 }

@@ -197,7 +197,7 @@ func (v *pairView) setSession(s app.PairingSession) {
 		// Not reachable from another device: no QR a phone could use.
 		v.qrBox.Hide()
 		v.intro.SetText("Other devices cannot reach this one yet: make it reachable on the local network, or use Tailscale.")
-		v.hint.SetText("The address below works only for a second meshtray on this computer (meshtray pair --join ADDRESS).")
+		v.hint.SetText("The address above works only for a second meshtray on this computer (meshtray pair --join ADDRESS).")
 		v.hint.Show()
 		v.lanBtn.Show()
 		if len(s.URLs) > 0 {

@@ -218,6 +218,19 @@ func TestPairingWindow(t *testing.T) {
 	if !strings.HasPrefix(url, "https://10.213.0.") || !strings.Contains(url, "/pair#c=") || !strings.Contains(url, "&fp=") {
 		t.Fatalf("QR code holds %q, want the LAN pairing URL", url)
 	}
+	// The QR code follows the listeners: with LAN reachability off its
+	// address no longer answers, so the window shows none; back on, the
+	// same code's LAN URL is back.
+	cli(t, d.env(), wrap, dir, "lan", "off")
+	pollShot(t, d, win, "pair-1b-lan-off", "no QR code once LAN is off", 15*time.Second, func(shot string, _ image.Image) bool {
+		qr, _ := exec.Command("zbarimg", "--raw", "-q", shot).Output()
+		return len(qr) == 0
+	})
+	cli(t, d.env(), wrap, dir, "lan", "on")
+	pollShot(t, d, win, "pair-1c-lan-on", "the QR code back once LAN is on", 15*time.Second, func(shot string, _ image.Image) bool {
+		qr, _ := exec.Command("zbarimg", "--raw", "-q", shot).Output()
+		return strings.TrimSpace(string(qr)) == url
+	})
 
 	// A second meshtray (headless, same namespace) claims the code.
 	bdir := t.TempDir()

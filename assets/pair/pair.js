@@ -626,7 +626,7 @@
       forgetGrant();
       problem({
         title: "No longer paired",
-        text: iss.name + " no longer accepts this phone: its owner removed it from the paired devices. This phone forgot its access key.",
+        text: iss.name + " no longer accepts this phone’s access key: its owner revoked it or gave it a new one. This phone forgot the old key.",
         hint: "To use it again, start pairing on the computer and scan the new QR code.",
         action: "Pair again",
         onAction: again,
