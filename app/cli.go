@@ -830,7 +830,11 @@ func (c *cli) peersCommand() *cobra.Command {
 				return c.printJSON(ps)
 			}
 			if len(ps) == 0 {
-				fmt.Fprintln(c.opts.Stdout, "no peers found yet (LAN discovery needs `meshtray lan on`; the tailnet needs Tailscale)")
+				var st Status
+				if err := c.call(cmd, http.MethodGet, "/status", nil, &st); err != nil {
+					return err
+				}
+				fmt.Fprintln(c.opts.Stdout, noPeersText(st))
 				return nil
 			}
 			w := c.table()
@@ -864,8 +868,39 @@ func (c *cli) peersCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(add)
+	rm := &cobra.Command{
+		Use:   "rm DEVICE",
+		Short: "Forget a device added by hand (its device ID, or the first characters the table shows)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := c.call(cmd, http.MethodDelete, "/mesh/peers/"+pathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.opts.Stdout, "removed %s\n", oneLine(args[0], 64))
+			return nil
+		},
+	}
+	cmd.AddCommand(add, rm)
 	return cmd
+}
+
+// noPeersText says why the peer table is empty, from the node's status.
+func noPeersText(st Status) string {
+	var why []string
+	if !st.LAN {
+		why = append(why, "LAN discovery needs `meshtray lan on`")
+	}
+	switch st.Tailscale {
+	case "running":
+	case "off":
+		why = append(why, "tailnet discovery is off (tailscale = false in config.toml)")
+	default:
+		why = append(why, "the tailnet needs Tailscale (it is "+st.Tailscale+")")
+	}
+	if len(why) == 0 {
+		return "no peers found yet: no meshtray answered on the local network or the tailnet (`meshtray peers add https://HOST:PORT` adds one by hand)"
+	}
+	return "no peers found yet (" + strings.Join(why, "; ") + ")"
 }
 
 func yesNo(b bool) string {

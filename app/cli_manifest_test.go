@@ -2,10 +2,12 @@ package app_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"meshtray/app/apptest"
+	"meshtray/mesh"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -71,5 +73,34 @@ func TestCLIErrorsSayWhich(t *testing.T) {
 		if r.Code != 1 || !strings.Contains(r.Stderr, "no pending approval with that id: NOPE (meshtray approvals lists them)") {
 			t.Errorf("meshtray %v: exit %d %q", args, r.Code, r.Stderr)
 		}
+	}
+}
+
+// TestPeersByHand: a peer added by hand can be removed again (by the
+// short ID the table shows), a URL without its scheme is refused with an
+// example, and an empty table says why from the node's actual state.
+func TestPeersByHand(t *testing.T) {
+	a := ptStart(t, "desk")
+	b := ptStart(t, "laptop")
+	if out := ptCLI(t, a, "peers").Stdout; !strings.Contains(out, "LAN discovery needs `meshtray lan on`") || !strings.Contains(out, "tailnet discovery is off") {
+		t.Errorf("empty peers, LAN off and no Tailscale: %q", out)
+	}
+	hostport := "127.0.0.1:" + strconv.Itoa(b.Port)
+	if r := a.CLI("peers", "add", hostport); r.Code != 1 || !strings.Contains(r.Stderr, "has no scheme; want https://host[:port]") {
+		t.Errorf("peers add without a scheme: exit %d %q", r.Code, r.Stderr)
+	}
+	ptCLI(t, a, "peers", "add", "https://"+hostport)
+	idB := ptIdentity(t, b).ID
+	if out := ptCLI(t, a, "peers").Stdout; !strings.Contains(out, "laptop") {
+		t.Fatalf("peers after add:\n%s", out)
+	}
+	if r := a.CLI("peers", "rm", "NOSUCH"); r.Code != 1 || !strings.Contains(r.Stderr, "no peer added by hand matches") {
+		t.Errorf("peers rm NOSUCH: exit %d %q", r.Code, r.Stderr)
+	}
+	ptCLI(t, a, "peers", "rm", idB[:7])
+	var ps []mesh.Peer
+	ptJSON(t, a, &ps, "peers")
+	if len(ps) != 0 {
+		t.Fatalf("peers after rm: %+v", ps)
 	}
 }

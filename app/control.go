@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"meshtray/keychain"
+	"meshtray/mesh"
 	"meshtray/pairing"
 )
 
@@ -122,11 +123,22 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			return
 		}
 		p, err := n.disc.Table().AddManual(r.Context(), req.URL)
-		if err != nil {
-			writeError(w, http.StatusBadGateway, err)
+		switch {
+		case errors.Is(err, mesh.ErrBadURL), errors.Is(err, mesh.ErrSelf):
+			writeError(w, http.StatusBadRequest, err)
+			return
+		case err != nil:
+			writeError(w, http.StatusBadGateway, fmt.Errorf("no meshtray answered at %s: %w", req.URL, err))
 			return
 		}
 		writeJSON(w, http.StatusCreated, p)
+	})
+	local("DELETE /mesh/peers/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.RemoveManualPeer(r.PathValue("id")); err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /events", n.serveEvents)
 	n.delegationRoutes(mux)
@@ -254,7 +266,7 @@ func statusFor(err error) int {
 	switch {
 	case errors.As(err, &bad), errors.Is(err, ErrBadDecision):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrNoApproval), errors.Is(err, pairing.ErrNoGrant), errors.Is(err, keychain.ErrNotFound):
+	case errors.Is(err, ErrNoApproval), errors.Is(err, pairing.ErrNoGrant), errors.Is(err, keychain.ErrNotFound), errors.Is(err, ErrNoPeer):
 		return http.StatusNotFound
 	case errors.Is(err, ErrQueueFull):
 		return http.StatusTooManyRequests

@@ -799,6 +799,33 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 }
 
 // Peers is the merged peer table, online peers first, then by name.
+// ErrNoPeer: no peer matches (404).
+var ErrNoPeer = errors.New("no peer")
+
+// RemoveManualPeer forgets a peer added by hand (`meshtray peers rm`):
+// its manual source goes, sightings from mDNS or the tailnet stay. id is
+// the device ID or a prefix of it that names one manually added peer
+// (the table shows the first 7 characters).
+func (n *Node) RemoveManualPeer(id string) error {
+	want := strings.ToUpper(strings.ReplaceAll(id, "-", ""))
+	var match []mesh.Peer
+	for _, p := range n.disc.Table().Snapshot() {
+		if slices.Contains(p.Sources, mesh.SourceManual) && want != "" &&
+			strings.HasPrefix(strings.ReplaceAll(p.ID, "-", ""), want) {
+			match = append(match, p)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return fmt.Errorf("%w added by hand matches %q (meshtray peers lists them; only peers added with peers add can be removed)", ErrNoPeer, clipID(id))
+	case 1:
+		n.disc.Table().Remove(match[0].ID)
+		n.events.Publish(EventPeers)
+		return nil
+	}
+	return badRequest("%q matches %d peers added by hand: give more of the device ID", clipID(id), len(match))
+}
+
 func (n *Node) Peers() []mesh.Peer {
 	ps := n.disc.Table().Snapshot()
 	slices.SortStableFunc(ps, func(a, b mesh.Peer) int {

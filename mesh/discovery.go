@@ -534,7 +534,9 @@ func (d *Discovery) recheck() {
 			if tg.src == SourceTailscale && !d.tsPeerOnline(tg.id) {
 				return // control says offline meanwhile
 			}
-			d.table.setOnline(tg.id, tg.src, true)
+			// Online, and seen now (its expiry unchanged: the source's own
+			// sightings keep that).
+			d.table.refresh(tg.id, tg.src, 0)
 		})
 	}
 }

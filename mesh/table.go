@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -177,6 +178,9 @@ func (t *Table) Remove(id string) bool {
 // parsePeerURL checks a manual peer's URL (https://host[:port][/]) and
 // returns its "host:port".
 func parsePeerURL(raw string, defPort int) (hostport string, err error) {
+	if !strings.Contains(raw, "://") {
+		return "", fmt.Errorf("%w: %q has no scheme; want https://host[:port], e.g. https://192.168.1.20:%d", ErrBadURL, clipURL(raw), defPort)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrBadURL, err)
@@ -520,4 +524,12 @@ func (t *Table) updateHello(h Hello) {
 	}
 	r.hello = h
 	t.notifyLocked()
+}
+
+// clipURL cuts a URL from a request to a length fit for an error message.
+func clipURL(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }

@@ -473,3 +473,34 @@ func TestManualRowsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestManualLastSeenAdvances: each successful re-check of a peer that is
+// already online moves its last_seen (it stayed at the time it was added,
+// so a live peer read "6m ago").
+func TestManualLastSeenAdvances(t *testing.T) {
+	t.Parallel()
+	self, peer := newTestIdentity(t), newTestIdentity(t)
+	d := New(Options{
+		Self:        func() Hello { return helloOf(self, "self") },
+		NoTailscale: true,
+		DeviceID:    testDeviceID,
+		Timing:      Timing{ProbeTimeout: 2 * time.Second, Recheck: 100 * time.Millisecond},
+	})
+	ln := listenLoopback(t)
+	serveHello(t, ln, peer, func() Hello { return helloOf(peer, "desktop") })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	p, err := d.Table().AddManual(ctx, "https://"+ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.LastSeen
+	waitFor(t, 5*time.Second, "last_seen to advance with the re-checks", func() bool {
+		q, ok := d.Table().Get(peer.id)
+		return ok && q.Online && q.LastSeen.After(first.Add(150*time.Millisecond))
+	})
+}
