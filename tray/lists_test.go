@@ -5,11 +5,13 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/test"
 	"fyne.io/fyne/v2/widget"
 
@@ -135,6 +137,25 @@ func TestPeersAndManifestViews(t *testing.T) {
 	test.Tap(button(t, pv.root, "Open"))
 	if len(opened) != 1 || opened[0] != "AAAAAAAAAA" {
 		t.Errorf("Open: %v", opened)
+	}
+	// A 64-character name is cut, not a wider window (it widened the
+	// window to 1006 px); an offline peer shows no A2A badge.
+	before := pv.root.MinSize().Width
+	pv.set([]mesh.Peer{{ID: "CCCCCCCCCC", Name: strings.Repeat("Very long device name ", 3)[:64], OS: "Debian GNU/Linux 12 (x86_64)", A2A: true,
+		Sources: []mesh.Source{mesh.SourceManual}, LastSeen: now}})
+	if w := pv.root.MinSize().Width; w > before+1 {
+		t.Errorf("a long name widens the peers window from %.0f to %.0f px", before, w)
+	}
+	badges := func() (out []string) {
+		walk(pv.root, func(o fyne.CanvasObject) {
+			if tx, ok := o.(*canvas.Text); ok {
+				out = append(out, tx.Text)
+			}
+		})
+		return out
+	}
+	if got := badges(); slices.Contains(got, "A2A") || !slices.Contains(got, "offline") {
+		t.Errorf("offline peer's badges %v: want offline and no A2A", got)
 	}
 
 	var set []string

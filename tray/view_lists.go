@@ -150,7 +150,11 @@ func (v *peersView) set(ps []mesh.Peer) {
 		if name == "" {
 			name = shortID(p.ID)
 		}
-		tags := []fyne.CanvasObject{boldLabel(name)}
+		// A long name is cut with an ellipsis instead of widening the
+		// window; the badges keep their place on the right.
+		title := boldLabel(name)
+		title.Truncation = fyne.TextTruncateEllipsis
+		var tags []fyne.CanvasObject
 		if p.Online {
 			tags = append(tags, container.NewCenter(badge("online", colorOK)))
 		} else {
@@ -159,7 +163,7 @@ func (v *peersView) set(ps []mesh.Peer) {
 		if p.Paired {
 			tags = append(tags, container.NewCenter(badge("paired", colorInfo)))
 		}
-		if p.A2A {
+		if p.A2A && p.Online { // what it published when last seen says nothing of now
 			tags = append(tags, container.NewCenter(badge("A2A", colorInfo)))
 		}
 		var src []string
@@ -169,8 +173,9 @@ func (v *peersView) set(ps []mesh.Peer) {
 		sub := fmt.Sprintf("%s · seen via %s · %s", p.OS, strings.Join(src, ", "), ago(v.now(), p.LastSeen))
 		peer := p
 		open := widget.NewButton("Open", func() { v.open(peer) })
+		head := container.NewBorder(nil, nil, nil, container.NewHBox(tags...), title)
 		objs = append(objs, container.NewBorder(nil, nil, nil, container.NewCenter(open),
-			container.NewVBox(container.NewHBox(tags...), mutedLabel(sub))), widget.NewSeparator())
+			container.NewVBox(head, mutedLabel(sub))), widget.NewSeparator())
 	}
 	v.list.Objects = objs
 	v.list.Refresh()
