@@ -804,6 +804,9 @@ func oneLine(s string, max int) string {
 }
 
 func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
 	d := time.Since(t)
 	switch {
 	case d < time.Minute:
@@ -848,8 +851,12 @@ func (c *cli) peersCommand() *cobra.Command {
 						addr = p.Addrs[s][0]
 					}
 				}
+				seenVia := strings.Join(via, ",")
+				if seenVia == "" {
+					seenVia = "-" // paired, not seen since this node started
+				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(p.ID), oneLine(p.Name, 64), oneLine(p.OS, 64),
-					strings.Join(via, ","), yesNo(p.Online), yesNo(p.Paired), yesNo(p.A2A), ago(p.LastSeen), addr)
+					seenVia, yesNo(p.Online), yesNo(p.Paired), yesNo(p.A2A && p.Online), ago(p.LastSeen), addr)
 			}
 			return w.Flush()
 		},

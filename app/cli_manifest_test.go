@@ -104,3 +104,25 @@ func TestPeersByHand(t *testing.T) {
 		t.Fatalf("peers after rm: %+v", ps)
 	}
 }
+
+// TestPairedPeerAlwaysListed: a paired device stays in the peer table when
+// no discovery source sees it (here: LAN off, no Tailscale), offline, with
+// what the grants know of it; before, it vanished with its last sighting.
+func TestPairedPeerAlwaysListed(t *testing.T) {
+	a := ptStart(t, "desk")
+	b := ptStart(t, "laptop")
+	ptPairByCLI(t, a, b, "agent", "agent")
+	idA := ptIdentity(t, a)
+	var ps []mesh.Peer
+	ptJSON(t, b, &ps, "peers")
+	i := slices.IndexFunc(ps, func(p mesh.Peer) bool { return p.ID == idA.ID })
+	if i < 0 {
+		t.Fatalf("the paired device is not listed: %+v", ps)
+	}
+	if p := ps[i]; !p.Paired || p.Online || len(p.Sources) != 0 || p.Name != "desk" || p.FP != idA.Fingerprint {
+		t.Fatalf("paired, unseen row %+v", p)
+	}
+	if out := ptCLI(t, b, "peers").Stdout; !strings.Contains(out, "desk") || !strings.Contains(out, "never") || strings.Contains(out, "0001-01-01") {
+		t.Errorf("peers table:\n%s", out)
+	}
+}

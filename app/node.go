@@ -826,8 +826,30 @@ func (n *Node) RemoveManualPeer(id string) error {
 	return badRequest("%q matches %d peers added by hand: give more of the device ID", clipID(id), len(match))
 }
 
+//
+// A paired device (a grant either way) is always listed: when no source
+// sees it now, as an offline row with what the grants know of it (name,
+// OS, fingerprint) and no sources, so the person's own devices do not
+// vanish from the list when they sleep.
 func (n *Node) Peers() []mesh.Peer {
 	ps := n.disc.Table().Snapshot()
+	seen := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		seen[p.ID] = true
+	}
+	absent := func(id, name, os, fp string) {
+		if id == "" || seen[id] {
+			return
+		}
+		seen[id] = true
+		ps = append(ps, mesh.Peer{ID: id, Name: name, OS: os, FP: fp, Sources: []mesh.Source{}, Addrs: map[mesh.Source][]string{}, Paired: true})
+	}
+	for _, h := range n.grants.ListHeld() {
+		absent(h.PeerID, h.Name, h.OS, h.Fingerprint)
+	}
+	for _, g := range n.grants.List() {
+		absent(g.PeerID, g.Name, g.OS, "")
+	}
 	slices.SortStableFunc(ps, func(a, b mesh.Peer) int {
 		if a.Online != b.Online {
 			if a.Online {

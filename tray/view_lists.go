@@ -171,6 +171,9 @@ func (v *peersView) set(ps []mesh.Peer) {
 			src = append(src, sourceName(s))
 		}
 		sub := fmt.Sprintf("%s · seen via %s · %s", p.OS, strings.Join(src, ", "), ago(v.now(), p.LastSeen))
+		if len(src) == 0 {
+			sub = p.OS + " · paired, not seen since meshtray started"
+		}
 		peer := p
 		open := widget.NewButton("Open", func() { v.open(peer) })
 		head := container.NewBorder(nil, nil, nil, container.NewHBox(tags...), title)
