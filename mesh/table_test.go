@@ -275,14 +275,7 @@ func TestTableSubscribeCoalesces(t *testing.T) {
 func TestAddManual(t *testing.T) {
 	t.Parallel()
 	self, peer := newTestIdentity(t), newTestIdentity(t)
-	d := New(Options{
-		Self:        func() Hello { return helloOf(self, "self") },
-		NoTailscale: true,
-		DeviceID:    testDeviceID,
-		Timing:      Timing{ProbeTimeout: 2 * time.Second},
-	})
-	peerLn := listenLoopback(t)
-	serveHello(t, peerLn, peer, func() Hello { return helloOf(peer, "desktop") })
+	d, peerLn := newManualLab(t, self, peer, Timing{ProbeTimeout: 2 * time.Second})
 	selfLn := listenLoopback(t)
 	serveHello(t, selfLn, self, func() Hello { return helloOf(self, "self") })
 
@@ -480,14 +473,7 @@ func TestManualRowsBounded(t *testing.T) {
 func TestManualLastSeenAdvances(t *testing.T) {
 	t.Parallel()
 	self, peer := newTestIdentity(t), newTestIdentity(t)
-	d := New(Options{
-		Self:        func() Hello { return helloOf(self, "self") },
-		NoTailscale: true,
-		DeviceID:    testDeviceID,
-		Timing:      Timing{ProbeTimeout: 2 * time.Second, Recheck: 100 * time.Millisecond},
-	})
-	ln := listenLoopback(t)
-	serveHello(t, ln, peer, func() Hello { return helloOf(peer, "desktop") })
+	d, ln := newManualLab(t, self, peer, Timing{ProbeTimeout: 2 * time.Second, Recheck: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.Start(ctx); err != nil {
@@ -503,4 +489,19 @@ func TestManualLastSeenAdvances(t *testing.T) {
 		q, ok := d.Table().Get(peer.id)
 		return ok && q.Online && q.LastSeen.After(first.Add(150*time.Millisecond))
 	})
+}
+
+// newManualLab is a discovery for self (no Tailscale, LAN off) and peer's
+// hello served over HTTPS on a loopback listener, for peers added by hand.
+func newManualLab(t *testing.T, self, peer testIdentity, tm Timing) (*Discovery, net.Listener) {
+	t.Helper()
+	d := New(Options{
+		Self:        func() Hello { return helloOf(self, "self") },
+		NoTailscale: true,
+		DeviceID:    testDeviceID,
+		Timing:      tm,
+	})
+	ln := listenLoopback(t)
+	serveHello(t, ln, peer, func() Hello { return helloOf(peer, "desktop") })
+	return d, ln
 }
