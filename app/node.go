@@ -798,7 +798,6 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 	return GrantToken{}, err
 }
 
-// Peers is the merged peer table, online peers first, then by name.
 // ErrNoPeer: no peer matches (404).
 var ErrNoPeer = errors.New("no peer")
 
@@ -826,6 +825,7 @@ func (n *Node) RemoveManualPeer(id string) error {
 	return badRequest("%q matches %d peers added by hand: give more of the device ID", clipID(id), len(match))
 }
 
+// Peers is the merged peer table, online peers first, then by name.
 //
 // A paired device (a grant either way) is always listed: when no source
 // sees it now, as an offline row with what the grants know of it (name,
