@@ -2,7 +2,6 @@ package a2a
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
@@ -18,13 +17,11 @@ import (
 // marshal themselves with json.Marshal, so their escapes are undone too
 // (unescapeHTML).
 func marshalJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := nodes.MarshalJSON(v)
+	if err != nil {
 		return nil, err
 	}
-	return unescapeHTML(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+	return unescapeHTML(b), nil
 }
 
 // unescapeHTML rewrites the escapes \u003c, \u003e and \u0026 of valid

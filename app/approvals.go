@@ -169,18 +169,7 @@ func (q *Approvals) Post(a Approval, onDecide func(ApprovalDecision)) (string, e
 // Ask queues a and waits for the decision. It returns a denial with a reason
 // when a expires, and ctx's error (the approval withdrawn) when ctx ends first.
 func (q *Approvals) Ask(ctx context.Context, a Approval) (ApprovalDecision, error) {
-	ch := make(chan ApprovalDecision, 1)
-	id, err := q.Post(a, func(d ApprovalDecision) { ch <- d })
-	if err != nil {
-		return ApprovalDecision{Decision: DecisionDeny, Reason: err.Error()}, nil
-	}
-	select {
-	case d := <-ch:
-		return d, nil
-	case <-ctx.Done():
-		q.Withdraw(id)
-		return ApprovalDecision{Decision: DecisionDeny, Reason: "withdrawn"}, ctx.Err()
-	}
+	return q.askQueued(ctx, a, nil)
 }
 
 // Decide records the owner's decision for id.

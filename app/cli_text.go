@@ -1,14 +1,12 @@
 package app
 
 import (
-	"fmt"
 	"io"
 	"os"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"meshtray/nodes"
 )
 
 // Text from peers, agents and pairing claimants reaches the owner's
@@ -18,35 +16,13 @@ import (
 // make a command read as something else. The CLI shows such runes as \uXXXX
 // escapes, so the owner sees what arrived.
 
-// safeText escapes every rune that is not printable (unicode.IsPrint) in s,
-// keeping newlines and tabs when multiline is set.
+// safeText escapes every rune that is not printable in s
+// (nodes.EscapeInvisible), keeping newlines and tabs when multiline is set.
 func safeText(s string, multiline bool) string {
-	clean := utf8.ValidString(s)
-	for _, r := range s {
-		if !printableRune(r, multiline) {
-			clean = false
-			break
-		}
+	if multiline {
+		return nodes.EscapeInvisibleText(s)
 	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		switch {
-		case printableRune(r, multiline):
-			b.WriteRune(r)
-		case r > 0xFFFF:
-			fmt.Fprintf(&b, "\\U%08X", r)
-		default:
-			fmt.Fprintf(&b, "\\u%04X", r)
-		}
-	}
-	return b.String()
-}
-
-func printableRune(r rune, multiline bool) bool {
-	return unicode.IsPrint(r) || (multiline && (r == '\n' || r == '\t'))
+	return nodes.EscapeInvisible(s)
 }
 
 // isTerminal reports whether w is a terminal.

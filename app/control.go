@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,7 @@ import (
 
 	"meshtray/keychain"
 	"meshtray/mesh"
+	"meshtray/nodes"
 	"meshtray/pairing"
 )
 
@@ -205,13 +205,11 @@ func (n *Node) serveEvents(w http.ResponseWriter, r *http.Request) {
 // and \u0026 for & in a pairing URL only gets in the way. It ends with a
 // newline.
 func marshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := nodes.MarshalJSON(v)
+	if err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return append(b, '\n'), nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -411,22 +411,29 @@ func Summarize(name string, params json.RawMessage) string {
 // it holds (Unicode TR#36 §2.2, Trojan Source CVE-2021-42574). Printable
 // text, backslashes included, is unchanged, so escaping twice changes
 // nothing more. Invalid UTF-8 bytes become U+FFFD.
-func EscapeInvisible(s string) string {
-	clean := true
+func EscapeInvisible(s string) string { return escapeInvisible(s, false) }
+
+// EscapeInvisibleText is EscapeInvisible for text shown on several lines:
+// line breaks (\n) and tabs stay as they are.
+func EscapeInvisibleText(s string) string { return escapeInvisible(s, true) }
+
+func escapeInvisible(s string, multiline bool) string {
+	visible := func(r rune) bool { return unicode.IsPrint(r) || (multiline && (r == '\n' || r == '\t')) }
+	clean := utf8.ValidString(s)
 	for _, r := range s {
-		if !unicode.IsPrint(r) {
+		if !clean || !visible(r) {
 			clean = false
 			break
 		}
 	}
-	if clean && utf8.ValidString(s) {
+	if clean {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s) + 16)
 	for _, r := range s {
 		switch {
-		case unicode.IsPrint(r):
+		case visible(r):
 			b.WriteRune(r)
 		case r > 0xFFFF:
 			fmt.Fprintf(&b, "\\U%08X", r)
@@ -435,6 +442,20 @@ func EscapeInvisible(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// MarshalJSON is json.Marshal without HTML escaping and without the
+// trailing newline of json.Encoder: none of meshtray's JSON is embedded in
+// HTML, and people, agents and scripts read it as written ("<b>" and "&"
+// stay, not \u003cb\u003e and \u0026).
+func MarshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func callerName(p *pairing.Principal) string {
@@ -456,21 +477,9 @@ func (r *Registry) Names() []string {
 // marshalResult encodes v as a Result's data, without HTML escapes (a
 // clipboard's "<b>" stays "<b>", not "\u003cb\u003e").
 func marshalResult(v any, summary string) (Result, error) {
-	data, err := marshalJSON(v)
+	data, err := MarshalJSON(v)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Data: data, Summary: summary}, nil
-}
-
-// marshalJSON is json.Marshal without HTML escaping: none of this JSON is
-// embedded in HTML, and people and agents read it as written.
-func marshalJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

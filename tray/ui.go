@@ -312,6 +312,19 @@ func (u *uiProc) open(r app.UIRequest) {
 	uw.w.RequestFocus()
 }
 
+// follow makes uw a window titled title showing root at size, filled by
+// refresh now and again whenever the node publishes the event type on.
+func (u *uiProc) follow(uw *uiWin, title string, root fyne.CanvasObject, size fyne.Size, refresh func(), on app.EventType) {
+	uw.w = u.newWindow(title, root)
+	uw.w.Resize(size)
+	uw.onEvents = func(ts []app.EventType) {
+		if slices.Contains(ts, on) {
+			refresh()
+		}
+	}
+	refresh()
+}
+
 func (u *uiProc) newWindow(title string, content fyne.CanvasObject) fyne.Window {
 	w := u.a.NewWindow(title)
 	w.SetContent(content)
@@ -610,14 +623,7 @@ func (u *uiProc) devicesWindow() *uiWin {
 		},
 		Policy: func(g pairing.Grant, p pairing.Policy) { send(g, app.GrantUpdate{Approval: p}) },
 	})
-	uw.w = u.newWindow(titleDevices, v.root)
-	uw.w.Resize(fyne.NewSize(620, 520))
-	uw.onEvents = func(ts []app.EventType) {
-		if slices.Contains(ts, app.EventGrants) {
-			refresh()
-		}
-	}
-	refresh()
+	u.follow(uw, titleDevices, v.root, fyne.NewSize(620, 520), refresh, app.EventGrants)
 	return uw
 }
 
@@ -640,8 +646,6 @@ func showToken(parent fyne.Window, name, token string) {
 func (u *uiProc) peersWindow() *uiWin {
 	uw := &uiWin{}
 	v := newPeersView(func(p mesh.Peer) { u.open(app.UIRequest{Window: app.UIPeer, Arg: p.ID}) })
-	uw.w = u.newWindow(titlePeers, v.root)
-	uw.w.Resize(fyne.NewSize(580, 480))
 	refresh := func() {
 		u.bg(func(ctx context.Context) func() {
 			var ps []mesh.Peer
@@ -651,12 +655,7 @@ func (u *uiProc) peersWindow() *uiWin {
 			return func() { v.set(ps) }
 		})
 	}
-	uw.onEvents = func(ts []app.EventType) {
-		if slices.Contains(ts, app.EventPeers) {
-			refresh()
-		}
-	}
-	refresh()
+	u.follow(uw, titlePeers, v.root, fyne.NewSize(580, 480), refresh, app.EventPeers)
 	return uw
 }
 
@@ -766,14 +765,7 @@ func (u *uiProc) questionsWindow() *uiWin {
 			}
 		})
 	})
-	uw.w = u.newWindow(titleQuestions, v.root)
-	uw.w.Resize(fyne.NewSize(560, 480))
-	uw.onEvents = func(ts []app.EventType) {
-		if slices.Contains(ts, app.EventTasks) {
-			refresh()
-		}
-	}
-	refresh()
+	u.follow(uw, titleQuestions, v.root, fyne.NewSize(560, 480), refresh, app.EventTasks)
 	return uw
 }
 
@@ -802,14 +794,7 @@ func (u *uiProc) manifestWindow() *uiWin {
 			}
 		})
 	})
-	uw.w = u.newWindow(titleManifest, v.root)
-	uw.w.Resize(fyne.NewSize(620, 600))
-	uw.onEvents = func(ts []app.EventType) {
-		if slices.Contains(ts, app.EventStatus) {
-			refresh()
-		}
-	}
-	refresh()
+	u.follow(uw, titleManifest, v.root, fyne.NewSize(620, 600), refresh, app.EventStatus)
 	return uw
 }
 

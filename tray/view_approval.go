@@ -312,14 +312,8 @@ func fromText(a app.Approval) string {
 }
 
 // escapeLines shows text from a requester as it is, line by line: every
-// invisible rune but the line breaks (bidirectional overrides that reorder
-// what the owner reads, zero-width characters, carriage returns) becomes a
-// visible \uXXXX escape, as the CLI and the one-line summary show them
-// (nodes.EscapeInvisible; Trojan Source, CVE-2021-42574).
-func escapeLines(s string) string {
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		lines[i] = nodes.EscapeInvisible(l)
-	}
-	return strings.Join(lines, "\n")
-}
+// invisible rune but line breaks and tabs (bidirectional overrides that
+// reorder what the owner reads, zero-width characters, carriage returns)
+// becomes a visible \uXXXX escape, as the CLI and the one-line summary
+// show them (nodes.EscapeInvisibleText; Trojan Source, CVE-2021-42574).
+func escapeLines(s string) string { return nodes.EscapeInvisibleText(s) }
