@@ -90,9 +90,21 @@ func removeLeftovers(t testing.TB) {
 	leftoversOnce.Do(func() {
 		out, _ := exec.Command("ip", "netns", "list").Output()
 		for _, line := range strings.Split(string(out), "\n") {
-			if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, nsPrefix) {
-				exec.Command("ip", "netns", "del", name).Run()
+			name, _, _ := strings.Cut(line, " ")
+			rest, ok := strings.CutPrefix(name, nsPrefix)
+			if !ok {
+				continue
 			}
+			// Names carry the pid of the run that made them: a run that is
+			// still alive (another package's tests, a second checkout) keeps
+			// its namespaces.
+			pid, _, _ := strings.Cut(rest, "-")
+			if p, err := strconv.Atoi(pid); err == nil && p != os.Getpid() {
+				if _, err := os.Stat("/proc/" + pid); err == nil {
+					continue
+				}
+			}
+			exec.Command("ip", "netns", "del", name).Run()
 		}
 	})
 }
@@ -103,7 +115,7 @@ func newTestLAN(t testing.TB, n int) *testLAN {
 	t.Helper()
 	requireRoot(t)
 	removeLeftovers(t)
-	tag := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid()%100000, lanSeq.Add(1))
+	tag := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid(), lanSeq.Add(1))
 	l := &testLAN{t: t, bridge: tag + "br"}
 	t.Cleanup(func() {
 		for _, ns := range append(slices.Clone(l.nodes), l.bridge) {
