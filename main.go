@@ -5,9 +5,9 @@ package main
 import (
 	"os"
 
-	"meshtray/app"
+	"meshtray/app/cli"
 )
 
 func main() {
-	os.Exit(app.Main(os.Args[1:], cliOptions()))
+	os.Exit(cli.Run(os.Args[1:]))
 }

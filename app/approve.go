@@ -159,7 +159,7 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 		DeviceID: r.DeviceID,
 		OS:       r.OS,
 		Via:      string(r.Listener),
-		Summary:  fmt.Sprintf("pair with %s, asking for %s", r.Name, scopesOrNone(r.RequestedScopes)),
+		Summary:  fmt.Sprintf("pair with %s, asking for %s", r.Name, r.RequestedScopes.Describe()),
 		Scopes:   r.RequestedScopes,
 		SAS:      r.SAS,
 		Expires:  r.Expires,
@@ -188,7 +188,7 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 		}
 		scopes := d.Scopes
 		if len(scopes) == 0 {
-			scopes = defaultPairingScopes(r.RequestedScopes)
+			scopes = pairing.DefaultPairingScopes(r.RequestedScopes)
 		}
 		g, err := n.pairer.Decide(r.ID, true, scopes)
 		if err != nil {
@@ -201,29 +201,6 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 		n.log.Warn("pairing request refused", "err", err)
 		n.pairer.Decide(r.ID, false, nil)
 	}
-}
-
-// defaultPairingScopes is what "approve" grants when the owner names no
-// scopes: what the claimant asked for, but never full (that takes an
-// explicit choice), and at least agent.
-func defaultPairingScopes(requested pairing.Scopes) pairing.Scopes {
-	var out pairing.Scopes
-	for _, s := range requested {
-		if s == pairing.ScopeAgent || s == pairing.ScopeNode {
-			out = append(out, s)
-		}
-	}
-	if len(out) == 0 {
-		out = pairing.Scopes{pairing.ScopeAgent}
-	}
-	return out
-}
-
-func scopesOrNone(s pairing.Scopes) string {
-	if len(s) == 0 {
-		return "no scopes"
-	}
-	return s.String()
 }
 
 // Decide applies the owner's decision to a pending approval. For a pairing,

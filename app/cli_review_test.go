@@ -18,6 +18,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	"meshtray/app"
+	"meshtray/app/cli"
 	"meshtray/app/apptest"
 	"meshtray/pairing"
 )
@@ -177,7 +178,7 @@ func TestApproveSaysWhatItGranted(t *testing.T) {
 	}
 	ptJSON(t, n, &sess, "pair")
 	a := phoneClaim(t, n, sess.Code, "pixel")
-	if r := n.CLI("approve", a.ID, "--always"); r.Code != app.ExitUsage || !strings.Contains(r.Stderr, "--always is for delegations") {
+	if r := n.CLI("approve", a.ID, "--always"); r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "--always is for delegations") {
 		t.Fatalf("approve --always on a pairing: exit %d: %s", r.Code, r.Stderr)
 	}
 	r := ptCLI(t, n, "approve", a.ID)
@@ -190,7 +191,7 @@ func TestApproveSaysWhatItGranted(t *testing.T) {
 	client := apptest.A2AClient(t, n.BaseURL, token)
 	go client.SendMessage(context.Background(), &a2a.MessageSendParams{Message: deviceInfoMessage()})
 	d := waitApproval(t, n, app.KindDelegation)
-	if r := n.CLI("approve", d.ID, "--scopes", "agent"); r.Code != app.ExitUsage || !strings.Contains(r.Stderr, "--scopes is for pairing requests") {
+	if r := n.CLI("approve", d.ID, "--scopes", "agent"); r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "--scopes is for pairing requests") {
 		t.Fatalf("approve --scopes on a delegation: exit %d: %s", r.Code, r.Stderr)
 	}
 	r = ptCLI(t, n, "approve", d.ID, "--always")
@@ -212,10 +213,10 @@ func TestCLIPolish(t *testing.T) {
 	}{
 		{[]string{"lan"}, 0, "reachable on the local network: off"},
 		{[]string{"a2a"}, 0, "A2A agent card not published"},
-		{[]string{"pair", "--join", ""}, app.ExitUsage, "--join needs the pairing URL"},
-		{[]string{"pair", "--join", "https://127.0.0.1:1"}, app.ExitUsage, "--code CODE"},
-		{[]string{"pair", "--join", "http://127.0.0.1:1/pair#c=ABCDEFGH"}, app.ExitUsage, "https"},
-		{[]string{"pair", "--code", "ABCDEFGH"}, app.ExitUsage, "--code goes with --join"},
+		{[]string{"pair", "--join", ""}, cli.ExitUsage, "--join needs the pairing URL"},
+		{[]string{"pair", "--join", "https://127.0.0.1:1"}, cli.ExitUsage, "--code CODE"},
+		{[]string{"pair", "--join", "http://127.0.0.1:1/pair#c=ABCDEFGH"}, cli.ExitUsage, "https"},
+		{[]string{"pair", "--code", "ABCDEFGH"}, cli.ExitUsage, "--code goes with --join"},
 	} {
 		r := n.CLI(tc.args...)
 		if r.Code != tc.code || !strings.Contains(r.Stdout+r.Stderr, tc.want) {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -96,31 +94,13 @@ func (c *Client) LogValue() slog.Value {
 // BaseURL is the node's loopback base URL.
 func (c *Client) BaseURL() string { return c.base }
 
-// Do sends a JSON request (in may be nil) and decodes the JSON answer into
-// out (may be nil). Non-2xx answers become *APIError.
+// Do sends a JSON request (in may be nil) to path and decodes the JSON
+// answer into out (may be nil). Non-2xx answers become *APIError. The typed
+// methods (client_api.go) are the way to the control API; Do stays for
+// tests that probe a route with a body no typed method sends.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	resp, err := c.send(ctx, method, path, in, "")
 	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("%w (nothing answers on %s; state dir %s)", ErrNotRunning, c.base, c.StateDir)
-		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -128,7 +108,47 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return err
 	}
+	if out == nil || len(b) == 0 {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+// send sends one request with the control token and, when in is not nil,
+// in as its JSON body. A refused connection is ErrNotRunning; an answer
+// other than 2xx is read (64 KiB at most) into an *APIError. On success the
+// caller closes the body.
+func (c *Client) send(ctx context.Context, method, path string, in any, accept string) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, fmt.Errorf("%w (nothing answers on %s; state dir %s)", ErrNotRunning, c.base, c.StateDir)
+		}
+		return nil, err
+	}
 	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		var e struct {
 			Error string `json:"error"`
 		}
@@ -138,49 +158,9 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 				e.Error = resp.Status
 			}
 		}
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
+		return nil, &APIError{Status: resp.StatusCode, Message: e.Error}
 	}
-	if out == nil || len(b) == 0 {
-		return nil
-	}
-	return json.Unmarshal(b, out)
-}
-
-// Events streams change notices from GET /events until ctx ends or the
-// connection drops; each call of fn gets the changed types.
-func (c *Client) Events(ctx context.Context, fn func([]EventType)) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/events", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return &APIError{Status: resp.StatusCode, Message: resp.Status}
-	}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		var ev struct {
-			Types []EventType `json:"types"`
-		}
-		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			return fmt.Errorf("events: %w", err)
-		}
-		fn(ev.Types)
-	}
-	if err := sc.Err(); err != nil && ctx.Err() == nil {
-		return err
-	}
-	return ctx.Err()
+	return resp, nil
 }
 
 // WaitReady polls GET /status until the node answers or ctx ends.
@@ -188,8 +168,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		var st Status
-		err := c.Do(ctx, http.MethodGet, "/status", nil, &st)
+		_, err := c.Status(ctx)
 		if err == nil {
 			return nil
 		}
@@ -200,7 +179,3 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		}
 	}
 }
-
-// pathEscape escapes one path segment (ids are URL-safe already; this keeps
-// a hostile id from changing the path).
-func pathEscape(s string) string { return url.PathEscape(s) }

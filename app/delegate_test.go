@@ -20,6 +20,7 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/app"
+	"meshtray/app/cli"
 	"meshtray/app/apptest"
 )
 
@@ -226,7 +227,7 @@ name = "sleep"
 		run := startCLI(t, a, "delegate", "bee", "hello there", "--stream=false")
 		decide(t, b, approvalOf(t, b, app.KindDelegation).ID, true)
 		r := run.wait(t, 60*time.Second)
-		if r.Code != app.ExitTaskInputRequired || !strings.Contains(r.Stdout, "device.info") || !strings.Contains(r.Stderr, "meshtray answer") {
+		if r.Code != cli.ExitTaskInputRequired || !strings.Contains(r.Stdout, "device.info") || !strings.Contains(r.Stderr, "meshtray answer") {
 			t.Fatalf("delegate: exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 		}
 		var asked agent.OutboundTask
@@ -292,7 +293,7 @@ name = "sleep"
 		if !strings.Contains(r.Stdout, "canceled") {
 			t.Fatalf("cancel printed %q", r.Stdout)
 		}
-		if r := run.wait(t, 30*time.Second); r.Code != app.ExitTaskCanceled {
+		if r := run.wait(t, 30*time.Second); r.Code != cli.ExitTaskCanceled {
 			t.Fatalf("delegate after cancel: exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 		}
 		apptest.WaitFor(t, 10*time.Second, fmt.Sprintf("pid %d to be gone", pid), func() bool {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"meshtray/app"
+	"meshtray/app/cli"
 	"meshtray/app/apptest"
 )
 
@@ -53,8 +54,8 @@ func TestDialSendsTheTokenOnlyToTheNode(t *testing.T) {
 	ln.Close()
 	hits := trap(t, "127.0.0.1:"+strconv.Itoa(port))
 	r := n.CLI("status", "--port", strconv.Itoa(port))
-	if r.Code != app.ExitNotRunning || !strings.Contains(r.Stderr, "no meshtray on port "+strconv.Itoa(port)) || !strings.Contains(r.Stderr, "listens on "+strconv.Itoa(n.Port)) {
-		t.Errorf("status --port %d: exit %d, stderr %q; want %d naming both ports", port, r.Code, r.Stderr, app.ExitNotRunning)
+	if r.Code != cli.ExitNotRunning || !strings.Contains(r.Stderr, "no meshtray on port "+strconv.Itoa(port)) || !strings.Contains(r.Stderr, "listens on "+strconv.Itoa(n.Port)) {
+		t.Errorf("status --port %d: exit %d, stderr %q; want %d naming both ports", port, r.Code, r.Stderr, cli.ExitNotRunning)
 	}
 	if h := hits.Load(); h != 0 {
 		t.Errorf("the client connected to port %d (%d times): the control token went to another program", port, h)
@@ -70,8 +71,8 @@ func TestDialSendsTheTokenOnlyToTheNode(t *testing.T) {
 	}
 	squatter := trap(t, "127.0.0.1:"+strconv.Itoa(n.Port))
 	r = n.CLI("status")
-	if r.Code != app.ExitNotRunning || !strings.Contains(r.Stderr, "not running") {
-		t.Errorf("status after kill -9: exit %d, stderr %q; want %d, not running", r.Code, r.Stderr, app.ExitNotRunning)
+	if r.Code != cli.ExitNotRunning || !strings.Contains(r.Stderr, "not running") {
+		t.Errorf("status after kill -9: exit %d, stderr %q; want %d, not running", r.Code, r.Stderr, cli.ExitNotRunning)
 	}
 	if h := squatter.Load(); h != 0 {
 		t.Errorf("the client connected to the dead node's port (%d times): the control token went to whoever holds it", h)

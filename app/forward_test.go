@@ -19,6 +19,7 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/app"
+	"meshtray/app/cli"
 	"meshtray/app/apptest"
 )
 
@@ -385,8 +386,8 @@ func TestExternalAgentFromCLI(t *testing.T) {
 		code      int
 	}{
 		{"echo from the mesh", "from the mesh", 0},
-		{"reject", "not today", app.ExitTaskRejected},
-		{"explode", "unknown command explode", app.ExitTaskFailed},
+		{"reject", "not today", cli.ExitTaskRejected},
+		{"explode", "unknown command explode", cli.ExitTaskFailed},
 	} {
 		r := n.CLI("delegate", "Local Helper", tc.text)
 		if r.Code != tc.code || !strings.Contains(r.Stdout+r.Stderr, tc.out) {

@@ -681,7 +681,7 @@ func (n *Node) Settings() Settings { return n.settings.Get() }
 // policies.
 func (n *Node) UpdateSettings(u ConfigUpdate) (Settings, error) {
 	for name, p := range u.CapabilityPolicies {
-		if _, err := parsePolicy(string(p)); err != nil || p == "" {
+		if !p.Valid() {
 			return n.settings.Get(), badRequest("capability %q: approval %q: want ask, allow or deny", name, p)
 		}
 		if err := n.registry.SetPolicy(name, p); err != nil {
@@ -728,7 +728,7 @@ func (n *Node) CreateGrant(req GrantRequest) (GrantToken, error) {
 		return GrantToken{}, badRequest("%v", err)
 	}
 	if req.Approval != "" {
-		if _, err := parsePolicy(string(req.Approval)); err != nil {
+		if _, err := pairing.ParsePolicy(string(req.Approval)); err != nil {
 			return GrantToken{}, badRequest("%v", err)
 		}
 	}
@@ -763,7 +763,7 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate) or "approval" (ask, allow, deny)`)
 	}
 	if u.Approval != "" {
-		if _, err := parsePolicy(string(u.Approval)); err != nil {
+		if _, err := pairing.ParsePolicy(string(u.Approval)); err != nil {
 			return GrantToken{}, badRequest("%v", err)
 		}
 		return GrantToken{}, n.grants.SetPolicy(id, u.Approval)

@@ -242,3 +242,12 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	send(JoinEvent{Result: &out})
 }
+
+// shortID is the first 7 characters of a device ID string, as logs and
+// messages show it.
+func shortID(id string) string {
+	if len(id) > 7 {
+		return id[:7]
+	}
+	return id
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	"meshtray/app"
+	"meshtray/app/cli"
 	"meshtray/app/apptest"
 	"meshtray/pairing"
 )
@@ -218,8 +219,8 @@ func TestSecondServeRefused(t *testing.T) {
 func TestNoOSKeychain(t *testing.T) {
 	env := []string{"DBUS_SESSION_BUS_ADDRESS=unix:path=" + t.TempDir() + "/no-bus"}
 	r := apptest.RunCLI(t, env, "serve", "--state-dir", t.TempDir(), "--port", "0")
-	if r.Code != app.ExitNoKeychain || !strings.Contains(r.Stderr, "--keychain file") {
-		t.Fatalf("exit %d, stderr %q; want %d naming --keychain file", r.Code, r.Stderr, app.ExitNoKeychain)
+	if r.Code != cli.ExitNoKeychain || !strings.Contains(r.Stderr, "--keychain file") {
+		t.Fatalf("exit %d, stderr %q; want %d naming --keychain file", r.Code, r.Stderr, cli.ExitNoKeychain)
 	}
 	n := apptest.StartNode(t, apptest.Options{Keychain: "config", Config: `keychain = "file"`, Env: env})
 	if r := n.CLI("status"); r.Code != 0 {
@@ -234,13 +235,13 @@ func TestCLINotRunning(t *testing.T) {
 	dir := t.TempDir()
 	for _, args := range [][]string{{"status"}, {"approvals", "--json"}, {"grant", "list"}, {"a2a", "on"}} {
 		r := apptest.RunCLI(t, nil, append(args, "--state-dir", dir)...)
-		if r.Code != app.ExitNotRunning || !strings.Contains(r.Stderr, "not running") || !strings.Contains(r.Stderr, "meshtray serve") {
+		if r.Code != cli.ExitNotRunning || !strings.Contains(r.Stderr, "not running") || !strings.Contains(r.Stderr, "meshtray serve") {
 			t.Errorf("%v: exit %d, stderr %q", args, r.Code, r.Stderr)
 		}
 	}
 	r := apptest.RunCLI(t, nil, "grant", "create", "--scope", "agent,bogus", "--name", "x", "--state-dir", dir)
-	if r.Code != app.ExitUsage {
-		t.Errorf("bad scope: exit %d, want %d (usage): %s", r.Code, app.ExitUsage, r.Stderr)
+	if r.Code != cli.ExitUsage {
+		t.Errorf("bad scope: exit %d, want %d (usage): %s", r.Code, cli.ExitUsage, r.Stderr)
 	}
 }
 

@@ -625,3 +625,41 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	})
 }
+
+// TestParseScopesAndPolicy: the one reader of scope lists and policy names
+// (the CLI's flags, its pairing prompt; the node validates with it too)
+// says which name is wrong and what is wanted, and wraps ErrInvalid.
+func TestParseScopesAndPolicy(t *testing.T) {
+	t.Parallel()
+	if sc, err := ParseScopes(" node, agent,node "); err != nil || sc.String() != "agent,node" {
+		t.Errorf("ParseScopes = %v, %v; want agent,node sorted without duplicates", sc, err)
+	}
+	if sc, err := ParseScopes(""); err != nil || len(sc) != 0 {
+		t.Errorf("ParseScopes(\"\") = %v, %v; want the empty set", sc, err)
+	}
+	_, err := ParseScopes("agent,admin")
+	if !errors.Is(err, ErrInvalid) || err.Error() != `scope "admin": want agent, node or full` {
+		t.Errorf("ParseScopes(agent,admin) error %q", err)
+	}
+	for _, p := range Policies {
+		if got, err := ParsePolicy(string(p)); err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %q, %v", p, got, err)
+		}
+	}
+	if p, err := ParsePolicy(""); err != nil || p != "" {
+		t.Errorf("ParsePolicy(\"\") = %q, %v; want no policy", p, err)
+	}
+	_, err = ParsePolicy("maybe")
+	if !errors.Is(err, ErrInvalid) || err.Error() != `approval "maybe": want ask, allow or deny` {
+		t.Errorf("ParsePolicy(maybe) error %q", err)
+	}
+	for req, want := range map[string]string{"": "agent", "full": "agent", "node,full": "node", "agent,node,full": "agent,node"} {
+		sc, _ := ParseScopes(req)
+		if got := DefaultPairingScopes(sc).String(); got != want {
+			t.Errorf("DefaultPairingScopes(%s) = %s, want %s", req, got, want)
+		}
+	}
+	if got := (Scopes{}).Describe(); got != "no scopes" {
+		t.Errorf("Describe of none = %q", got)
+	}
+}

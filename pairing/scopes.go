@@ -18,9 +18,10 @@ func (s Scope) Valid() bool {
 }
 
 // ParseScopes reads the comma-separated form Scopes.String writes
-// ("agent,node"); spaces around names are ignored. The result is sorted and
-// without duplicates; an unknown name is an error wrapping ErrInvalid. The
-// empty string gives an empty set.
+// ("agent,node"), as the CLI's --scope flags and the pairing prompt give
+// it; spaces around names are ignored. The result is sorted and without
+// duplicates; an unknown name is an error wrapping ErrInvalid that names it
+// and the three scopes. The empty string gives an empty set.
 func ParseScopes(s string) (Scopes, error) {
 	var out Scopes
 	for part := range strings.SplitSeq(s, ",") {
@@ -28,9 +29,38 @@ func ParseScopes(s string) (Scopes, error) {
 		if part == "" {
 			continue
 		}
+		if !Scope(part).Valid() {
+			return nil, &invalidError{fmt.Sprintf("scope %q: want agent, node or full", clip(part, 16))}
+		}
 		out = append(out, Scope(part))
 	}
 	return NormalizeScopes(out)
+}
+
+// DefaultPairingScopes is what approving a pairing request grants when the
+// owner names no scopes (the CLI's `approve`, the pairing windows'
+// pre-selection): what the claimant asked for, but never full (that takes
+// an explicit choice), and at least agent.
+func DefaultPairingScopes(requested Scopes) Scopes {
+	var out Scopes
+	for _, s := range requested {
+		if s == ScopeAgent || s == ScopeNode {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		out = Scopes{ScopeAgent}
+	}
+	return out
+}
+
+// Describe is s as Scopes.String writes it, or "no scopes" for none: for
+// sentences ("asking for agent,node").
+func (s Scopes) Describe() string {
+	if len(s) == 0 {
+		return "no scopes"
+	}
+	return s.String()
 }
 
 // NormalizeScopes validates s and returns a sorted copy without duplicates.
@@ -71,6 +101,27 @@ func (p Policy) Valid() bool {
 	}
 	return false
 }
+
+// Policies are the approval policies, in the order a choice lists them.
+var Policies = []Policy{PolicyAsk, PolicyAllow, PolicyDeny}
+
+// ParsePolicy reads an approval policy name: ask, allow or deny. The empty
+// string gives "" (no policy given: the caller's default applies); another
+// name is an error wrapping ErrInvalid that names it and the three
+// policies.
+func ParsePolicy(s string) (Policy, error) {
+	if p := Policy(s); p == "" || p.Valid() {
+		return p, nil
+	}
+	return "", &invalidError{fmt.Sprintf("approval %q: want ask, allow or deny", clip(s, 16))}
+}
+
+// invalidError is an ErrInvalid whose text is meant for a person as it is
+// (no "pairing: invalid" prefix).
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return ErrInvalid }
 
 // Length limits, in runes, for names and OS strings a peer gives us. They
 // keep every keychain item far below keychain.MaxItemSize and every popup

@@ -1,4 +1,4 @@
-package tray
+package tray_test
 
 import (
 	"os"
@@ -6,24 +6,25 @@ import (
 
 	"go.uber.org/goleak"
 
-	"meshtray/app"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
+	"meshtray/tray"
 )
 
-// envTrayMain makes this test binary run as the meshtray command with the
-// tray wired in (tray.Run, tray.UI), the way main.go runs it: the tray
-// tests start it as a child process, and the tray child re-executes it for
-// the UI process.
-const envTrayMain = "MESHTRAY_TRAYTEST_MAIN"
-
+// TestMain makes this test binary run as the meshtray command with the tray
+// wired in (cli.Run, as main.go runs it) when tray.EnvTrayMain is set: the
+// tray tests start it as a child process, and the tray child re-executes
+// it for the UI process. It is an external test file: app/cli imports the
+// tray, so only package tray_test may import app/cli.
 func TestMain(m *testing.M) {
-	if os.Getenv(envTrayMain) == "1" {
-		os.Exit(app.Main(os.Args[1:], app.CLIOptions{RunTray: Run, UI: UI}))
+	if os.Getenv(tray.EnvTrayMain) == "1" {
+		os.Exit(cli.Run(os.Args[1:]))
 	}
+	tray.CLIExitError = cli.ExitError
 	// Fyne's GLFW driver starts the goroutine of its main-thread function
 	// queue at package init (internal/driver/glfw/loop.go funcQueue); it
 	// lives as long as the process. Nothing else may be left running.
-	apptest.Main(m,
+	apptest.Main(m, cli.Run,
 		goleak.IgnoreTopFunction("fyne.io/fyne/v2/internal/async.(*UnboundedChan[...]).processing"),
 	)
 }

@@ -184,8 +184,8 @@ func runSecond(t *testing.T, env []string, args ...string) string {
 		t.Fatalf("the second tray was not refused: still running after 30 s\n%s", out)
 	}
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != app.ExitError {
-		t.Fatalf("second start: %v, want exit %d\n%s", err, app.ExitError, out)
+	if !errors.As(err, &ee) || ee.ExitCode() != CLIExitError {
+		t.Fatalf("second start: %v, want exit %d\n%s", err, CLIExitError, out)
 	}
 	return string(out)
 }

@@ -3,9 +3,11 @@
 // exact program a user runs — flags, config file, keychain, signals, exit
 // codes — without building a separate binary.
 //
-// Use it as the whole TestMain of a package that needs nodes:
+// Use it as the whole TestMain of a package that needs nodes, with the
+// command line (cli.Run; apptest does not import it, so the packages
+// app/cli links, the tray among them, can use apptest in their own tests):
 //
-//	func TestMain(m *testing.M) { apptest.Main(m) }
+//	func TestMain(m *testing.M) { apptest.Main(m, cli.Run) }
 //
 // Main also starts a private Secret Service (keychain/keychaintest) that
 // every node started by the tests uses for --keychain os.
@@ -38,12 +40,13 @@ import (
 // envMain marks a child process that must run the meshtray command.
 const envMain = "MESHTRAY_APPTEST_MAIN"
 
-// Main runs the meshtray command when this process is a node or CLI child,
-// and otherwise the tests, with a private Secret Service and a goroutine
-// leak check.
-func Main(m *testing.M, opts ...goleak.Option) {
+// Main runs the meshtray command (run, given the arguments after the
+// program name, returning the exit code) when this process is a node or
+// CLI child, and otherwise the tests, with a private Secret Service and a
+// goroutine leak check.
+func Main(m *testing.M, run func(args []string) int, opts ...goleak.Option) {
 	if os.Getenv(envMain) == "1" {
-		os.Exit(app.Main(os.Args[1:], app.CLIOptions{}))
+		os.Exit(run(os.Args[1:]))
 	}
 	// tailscale.com/client/local dials tailscaled through an http.Transport
 	// whose dial outlives the request; with no tailscaled, safesocket
@@ -154,8 +157,7 @@ func StartNode(t testing.TB, o Options) *Node {
 		}
 		if c, err := app.Dial(o.StateDir, 0); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			var st app.Status
-			err = c.Do(ctx, http.MethodGet, "/status", nil, &st)
+			_, err = c.Status(ctx)
 			cancel()
 			if err == nil {
 				n.Client = c

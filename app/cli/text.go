@@ -1,8 +1,11 @@
-package app
+package cli
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"golang.org/x/term"
 
@@ -37,6 +40,70 @@ func isTerminal(w io.Writer) bool {
 func outputText(w io.Writer, s string) string {
 	if isTerminal(w) {
 		return safeText(s, true)
+	}
+	return s
+}
+
+func shortID(id string) string {
+	if len(id) > 7 {
+		return id[:7]
+	}
+	return id
+}
+
+// oneLine is the first line of untrusted text s, escaped (safeText) and cut
+// to max runes.
+func oneLine(s string, max int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	s = safeText(s, false)
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.Local().Format("2006-01-02")
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func spacedSAS(s string) string {
+	if len(s) == 6 {
+		return s[:3] + " " + s[3:]
+	}
+	return s
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown OS"
 	}
 	return s
 }

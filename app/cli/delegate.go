@@ -1,14 +1,13 @@
-package app
+package cli
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	agent "meshtray/a2a"
+	"meshtray/app"
 )
 
 // Exit codes of delegate, answer and `outbound --follow`: the task's final
@@ -35,176 +35,6 @@ const exitCodesHelp = `Exit codes: 0 completed, 10 failed, 11 canceled, 12 rejec
 13 input-required (answer with ` + "`meshtray answer TASK ...`" + `), 14 auth-required;
 1 when the delegation could not be sent or the node lost track of the task,
 4 when no node runs.`
-
-func (c *cli) agentsCommand() *cobra.Command {
-	var refresh bool
-	list := func(cmd *cobra.Command, _ []string) error {
-		var as []agent.Agent
-		path := "/a2a/agents"
-		if refresh {
-			path += "?refresh=1"
-		}
-		if err := c.call(cmd, http.MethodGet, path, nil, &as); err != nil {
-			return err
-		}
-		if c.asJSON {
-			return c.printJSON(as)
-		}
-		c.printAgents(as)
-		return nil
-	}
-	cmd := &cobra.Command{
-		Use:   "agents [list|add|rm|enable|disable|refresh]",
-		Short: "The agents this device delegates to: paired devices that publish A2A, and agents added by URL",
-		Long: `Paired devices that publish their A2A agent card are agents with no extra
-step: this device calls them over their pinned certificate with the grant they
-gave it. Other A2A agents (LangGraph, ADK, another meshtray you did not pair
-with, ...) are added by URL: their Agent Card is fetched and verified first,
-their token kept in the OS keychain. A card that no longer verifies marks the
-agent invalid and it is not used until a refresh verifies it again.`,
-		Args: noArgs,
-		RunE: list,
-	}
-	cmd.Flags().BoolVar(&refresh, "refresh", false, "fetch and verify every card again first")
-	c.jsonFlag(cmd)
-	ls := &cobra.Command{Use: "list", Short: "List the agents (the default)", Args: noArgs, RunE: list}
-	ls.Flags().BoolVar(&refresh, "refresh", false, "fetch and verify every card again first")
-	c.jsonFlag(ls)
-
-	var tokenStdin bool
-	add := &cobra.Command{
-		Use:   "add URL [--token-stdin]",
-		Short: "Add an A2A agent by URL (its card is fetched and verified before anything is stored)",
-		Long: `Add an A2A agent by its base URL (the card is read from
-/.well-known/agent-card.json below it) or by its card's URL. The URL must be
-https, or http to a loopback or tailnet address. With --token-stdin the first
-line of stdin is the bearer token, kept in the OS keychain (never in a file,
-never shown again). Adding a URL again refreshes it (and replaces the token
-when one is given).`,
-		Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			req := AgentRequest{URL: args[0]}
-			if tokenStdin {
-				tok, err := readSecretLine(c.opts.Stdin, "token")
-				if err != nil {
-					return err
-				}
-				req.Token = tok
-			}
-			var a agent.Agent
-			if err := c.call(cmd, http.MethodPost, "/a2a/agents", req, &a); err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(a)
-			}
-			fmt.Fprintf(c.opts.Stdout, "added %s (%s): %s\n", a.ID, oneLine(a.Name, 64), a.Status)
-			return nil
-		},
-	}
-	add.Flags().BoolVar(&tokenStdin, "token-stdin", false, "read the agent's bearer token from the first line of stdin")
-	c.jsonFlag(add)
-
-	rm := &cobra.Command{
-		Use:   "rm ID",
-		Short: "Remove an added agent and its token (a paired device is an agent while paired: disable it)",
-		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := c.call(cmd, http.MethodDelete, "/a2a/agents/"+pathEscape(args[0]), nil, nil); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.opts.Stdout, "removed %s\n", args[0])
-			return nil
-		},
-	}
-	cmd.AddCommand(ls, add, rm)
-	for _, action := range []string{"enable", "disable"} {
-		cmd.AddCommand(&cobra.Command{
-			Use:   action + " ID",
-			Short: map[string]string{"enable": "Use an agent again", "disable": "Stop using an agent (kept, not called)"}[action],
-			Args:  exactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				var a agent.Agent
-				if err := c.call(cmd, http.MethodPost, "/a2a/agents/"+pathEscape(args[0]), AgentUpdate{Action: action}, &a); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.opts.Stdout, "%s (%s): %s\n", a.ID, oneLine(a.Name, 64), a.Status)
-				return nil
-			},
-		})
-	}
-	refreshCmd := &cobra.Command{
-		Use:   "refresh [ID]",
-		Short: "Fetch and verify an agent's card again (every agent's without ID)",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 {
-				return usageError{errors.New("at most one agent")}
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				refresh = true
-				return list(cmd, nil)
-			}
-			var a agent.Agent
-			if err := c.call(cmd, http.MethodPost, "/a2a/agents/"+pathEscape(args[0]), AgentUpdate{Action: "refresh"}, &a); err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(a)
-			}
-			c.printAgents([]agent.Agent{a})
-			if !a.Ready() {
-				return &exitError{code: ExitError}
-			}
-			return nil
-		},
-	}
-	c.jsonFlag(refreshCmd)
-	cmd.AddCommand(refreshCmd)
-	return cmd
-}
-
-func (c *cli) printAgents(as []agent.Agent) {
-	if len(as) == 0 {
-		fmt.Fprintln(c.opts.Stdout, "no agents: pair a device that publishes A2A (`meshtray pair`), or add one with `meshtray agents add URL`")
-		return
-	}
-	w := c.table()
-	fmt.Fprintln(w, "ID\tKIND\tNAME\tSTATUS\tSTREAMING\tSKILLS\tURL")
-	for _, a := range as {
-		id := a.ID
-		if a.Kind == agent.AgentPeer {
-			id = shortID(a.ID)
-		}
-		streaming, skills := "-", "-"
-		if a.Card != nil {
-			streaming, skills = yesNo(a.Card.Streaming), fmt.Sprint(len(a.Card.Skills))
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.Kind, oneLine(a.Name, 64), a.Status, streaming, skills, oneLine(a.URL, 80))
-		if a.Problem != "" {
-			fmt.Fprintf(w, "\t\t\t\t\t\t↳ %s\n", oneLine(a.Problem, 120))
-		}
-	}
-	w.Flush()
-}
-
-// readSecretLine reads the first line of r (a token piped in).
-// readSecretLine reads the first line of r (a secret kept out of argv,
-// where other users of the machine see it in ps); what names it in the
-// error when there is none.
-func readSecretLine(r io.Reader, what string) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, agent.MaxTokenLen+2)).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", err
-	}
-	line = strings.TrimSpace(line)
-	if line == "" {
-		return "", usageError{fmt.Errorf("no %s on stdin", what)}
-	}
-	return line, nil
-}
 
 // messageFlags are the content flags of delegate and answer.
 type messageFlags struct {
@@ -287,8 +117,12 @@ with backoff.
 			if err != nil {
 				return err
 			}
-			req := DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: args[0], MessageInput: in, Stream: &stream}, Detach: mf.detach}
-			return c.followRequest(cmd, http.MethodPost, "/a2a/outbound", req, mf.detach)
+			req := app.DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: args[0], MessageInput: in, Stream: &stream}}
+			return c.follow(cmd, mf.detach,
+				func(ctx context.Context, cl *app.Client) (agent.OutboundTask, error) { return cl.Delegate(ctx, req) },
+				func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
+					return cl.DelegateWatch(ctx, req)
+				})
 		},
 	}
 	mf.add(cmd)
@@ -317,8 +151,12 @@ shows (or a prefix of it, or the agent's task id).
 			if err != nil {
 				return err
 			}
-			return c.followRequest(cmd, http.MethodPost, "/a2a/outbound/"+pathEscape(args[0])+"/answer",
-				AnswerRequest{MessageInput: in, Detach: mf.detach}, mf.detach)
+			req := app.AnswerRequest{MessageInput: in}
+			return c.follow(cmd, mf.detach,
+				func(ctx context.Context, cl *app.Client) (agent.OutboundTask, error) { return cl.Answer(ctx, args[0], req) },
+				func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
+					return cl.AnswerWatch(ctx, args[0], req)
+				})
 		},
 	}
 	mf.add(cmd)
@@ -332,8 +170,13 @@ func (c *cli) cancelCommand() *cobra.Command {
 		Short: "Cancel a delegated task at its agent (the work stops there)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var t agent.OutboundTask
-			if err := c.call(cmd, http.MethodPost, "/a2a/outbound/"+pathEscape(args[0])+"/cancel", nil, &t); err != nil {
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			t, err := cl.Cancel(ctx, args[0])
+			if err != nil {
 				return err
 			}
 			if c.asJSON {
@@ -364,9 +207,19 @@ it whole (artifacts included); --follow watches it until it ends or asks.
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && follow {
+				return c.follow(cmd, false, nil, func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
+					return cl.Watch(ctx, args[0])
+				})
+			}
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
 			if len(args) == 0 {
-				var ts []agent.OutboundTask
-				if err := c.call(cmd, http.MethodGet, "/a2a/outbound", nil, &ts); err != nil {
+				ts, err := cl.Outbound(ctx)
+				if err != nil {
 					return err
 				}
 				if c.asJSON {
@@ -375,11 +228,8 @@ it whole (artifacts included); --follow watches it until it ends or asks.
 				c.printOutbound(ts)
 				return nil
 			}
-			if follow {
-				return c.followRequest(cmd, http.MethodGet, "/a2a/outbound/"+pathEscape(args[0])+"?watch=1", nil, false)
-			}
-			var t agent.OutboundTask
-			if err := c.call(cmd, http.MethodGet, "/a2a/outbound/"+pathEscape(args[0]), nil, &t); err != nil {
+			t, err := cl.OutboundTask(ctx, args[0])
+			if err != nil {
 				return err
 			}
 			if c.asJSON {
@@ -450,54 +300,21 @@ func (c *cli) printOutbound(ts []agent.OutboundTask) {
 	w.Flush()
 }
 
-// followRequest sends a request whose answer is an NDJSON stream of
-// agent.OutboundEvent (or, detached, one agent.OutboundTask), prints it,
-// and exits with the task's final state.
-func (c *cli) followRequest(cmd *cobra.Command, method, path string, body any, detach bool) error {
+// follow runs a delegation, an answer or a watch: detached, the task once
+// the agent took it (send); otherwise the stream of its events (watch),
+// printed as they come, and the exit code of its final state.
+func (c *cli) follow(cmd *cobra.Command, detach bool,
+	send func(context.Context, *app.Client) (agent.OutboundTask, error),
+	watch func(context.Context, *app.Client) (*app.Stream[agent.OutboundEvent], error)) error {
 	cl, err := c.dial()
 	if err != nil {
 		return err
 	}
 	ctx := cmd.Context()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	if detach {
+		t, err := send(ctx, cl)
 		if err != nil {
 			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, cl.base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+cl.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := cl.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w (%v; state dir %s)", ErrNotRunning, err, cl.StateDir)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
-	}
-	if detach {
-		var t agent.OutboundTask
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&t); err != nil {
-			return fmt.Errorf("the node's answer: %w", err)
 		}
 		if c.asJSON {
 			return c.printJSON(t)
@@ -511,15 +328,19 @@ func (c *cli) followRequest(cmd *cobra.Command, method, path string, body any, d
 	if f, ok := c.opts.Stderr.(*os.File); ok && !c.asJSON {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
+	events, err := watch(ctx, cl)
+	if err != nil {
+		return err
+	}
+	defer events.Close()
 	p := newTaskPrinter(c.opts.Stdout, c.opts.Stderr, tty)
 	defer p.finish()
 	enc := json.NewEncoder(c.opts.Stdout)
 	enc.SetEscapeHTML(false)
-	dec := json.NewDecoder(resp.Body)
 	var last *agent.OutboundTask
 	for {
-		var ev agent.OutboundEvent
-		if err := dec.Decode(&ev); err != nil {
+		ev, err := events.Next()
+		if err != nil {
 			p.stop()
 			if ctx.Err() != nil {
 				id := ""
@@ -859,76 +680,3 @@ func (p *taskPrinter) end(t agent.OutboundTask) {
 	}
 }
 
-func (c *cli) forwardCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "forward [status|token|clear|check]",
-		Short: "The forward executor: approved tasks relayed to a local A2A agent (a2a.forward in config.toml)",
-		Long: `With a2a.forward.url set in config.toml, approved incoming A2A tasks go to that
-agent instead of this device's capabilities: meshtray is the consent layer in
-front of it. ` + "`meshtray forward token`" + ` reads the agent's bearer token from the first
-line of stdin and keeps it in the OS keychain (preferred over a2a.forward.token
-in the config file); ` + "`clear`" + ` removes it; ` + "`check`" + ` fetches and verifies its card now.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 {
-				return usageError{errors.New("at most one action")}
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			action := "status"
-			if len(args) == 1 {
-				action = args[0]
-			}
-			var v ForwardView
-			switch action {
-			case "status":
-				if err := c.call(cmd, http.MethodGet, "/a2a/forward", nil, &v); err != nil {
-					return err
-				}
-			case "check":
-				if err := c.call(cmd, http.MethodPost, "/a2a/forward/check", nil, &v); err != nil {
-					return err
-				}
-			case "token":
-				tok, err := readSecretLine(c.opts.Stdin, "token")
-				if err != nil {
-					return err
-				}
-				if err := c.call(cmd, http.MethodPost, "/a2a/forward", map[string]string{"token": tok}, nil); err != nil {
-					return err
-				}
-				fmt.Fprintln(c.opts.Stdout, "forward token kept in the keychain")
-				return nil
-			case "clear":
-				if err := c.call(cmd, http.MethodDelete, "/a2a/forward", nil, nil); err != nil {
-					return err
-				}
-				fmt.Fprintln(c.opts.Stdout, "forward token removed")
-				return nil
-			default:
-				return usageError{fmt.Errorf("forward %q: want status, token, clear or check", action)}
-			}
-			if c.asJSON {
-				return c.printJSON(v)
-			}
-			if !v.Configured {
-				fmt.Fprintln(c.opts.Stdout, "forwarding off: approved tasks run on this device's capabilities (set a2a.forward.url in config.toml)")
-				return nil
-			}
-			fmt.Fprintf(c.opts.Stdout, "forwarding approved tasks to %s (token: %s)\n", v.URL, v.TokenSource)
-			if st := v.Status; st != nil {
-				switch {
-				case st.Ready:
-					fmt.Fprintf(c.opts.Stdout, "agent %q verified %s\n", st.Agent, ago(st.Checked))
-				case st.Problem != "":
-					fmt.Fprintf(c.opts.Stdout, "problem: %s\n", oneLine(st.Problem, 300))
-				default:
-					fmt.Fprintln(c.opts.Stdout, "not checked yet (its card is fetched at the first task; `meshtray forward check`)")
-				}
-			}
-			return nil
-		},
-	}
-	c.jsonFlag(cmd)
-	return cmd
-}

@@ -1,13 +1,10 @@
-package app
+package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"meshtray/app"
 	"meshtray/pairing"
 )
 
@@ -49,7 +47,7 @@ that device a grant back (mutual pairing).`,
 				if strings.TrimSpace(join) == "" {
 					return usageError{errors.New("--join needs the pairing URL the other device shows (https://host:port/pair#c=CODE&fp=FP)")}
 				}
-				return c.pairJoin(cmd, JoinRequest{URL: join, Code: code, FP: fp}, ask, give)
+				return c.pairJoin(cmd, app.JoinRequest{URL: join, Code: code, FP: fp}, ask, give)
 			}
 			for _, f := range []string{"code", "fp", "ask", "give"} {
 				if cmd.Flags().Changed(f) {
@@ -76,8 +74,8 @@ func (c *cli) pairStart(cmd *cobra.Command, noWait bool) error {
 		return err
 	}
 	ctx := cmd.Context()
-	var ps PairingSession
-	if err := cl.Do(ctx, http.MethodPost, "/pair/sessions", nil, &ps); err != nil {
+	ps, err := cl.StartPairing(ctx)
+	if err != nil {
 		return err
 	}
 	if c.asJSON {
@@ -113,9 +111,9 @@ func (c *cli) pairStart(cmd *cobra.Command, noWait bool) error {
 }
 
 // grantIDs is the set of grants this device issued, by ID.
-func grantIDs(ctx context.Context, cl *Client) (map[string]bool, error) {
-	var d Devices
-	if err := cl.Do(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+func grantIDs(ctx context.Context, cl *app.Client) (map[string]bool, error) {
+	d, err := cl.Devices(ctx)
+	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]bool, len(d.Issued))
@@ -128,9 +126,9 @@ func grantIDs(ctx context.Context, cl *Client) (map[string]bool, error) {
 // pairedGrant looks for the grant a decided pairing request a produced: a
 // grant issued since before (by ID) to a's device ID, or, for a phone
 // (no device ID), under a's name.
-func pairedGrant(ctx context.Context, cl *Client, a Approval, before map[string]bool) (pairing.Grant, bool, error) {
-	var d Devices
-	if err := cl.Do(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+func pairedGrant(ctx context.Context, cl *app.Client, a app.Approval, before map[string]bool) (pairing.Grant, bool, error) {
+	d, err := cl.Devices(ctx)
+	if err != nil {
 		return pairing.Grant{}, false, err
 	}
 	for _, g := range d.Issued {
@@ -151,7 +149,7 @@ func pairedGrant(ctx context.Context, cl *Client, a Approval, before map[string]
 // (paired) or not (denied, or expired undecided). It returns when a claim
 // was decided, the code expired (error), or ctx ended (Ctrl-C: it says it
 // stopped).
-func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires time.Time) error {
+func (c *cli) awaitPairingClaims(parent context.Context, cl *app.Client, expires time.Time) error {
 	ctx, cancel := context.WithDeadline(parent, expires)
 	defer cancel()
 	ended := func() error {
@@ -168,13 +166,13 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires tim
 		return err
 	}
 	seen := map[string]bool{}
-	waiting := map[string]Approval{} // shown, decided elsewhere
+	waiting := map[string]app.Approval{} // shown, decided elsewhere
 	changed := make(chan struct{}, 1)
 	evCtx, stopEvents := context.WithCancel(ctx)
 	evDone := make(chan struct{})
 	go func() {
 		defer close(evDone)
-		cl.Events(evCtx, func(ts []EventType) {
+		cl.Events(evCtx, func(ts []app.EventType) {
 			select {
 			case changed <- struct{}{}:
 			default:
@@ -191,8 +189,8 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires tim
 	}
 	in := bufio.NewReader(c.opts.Stdin)
 	for {
-		var as []Approval
-		if err := cl.Do(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
+		as, err := cl.Approvals(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
 				return ended()
 			}
@@ -233,11 +231,11 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires tim
 			}
 		}
 		for _, a := range as {
-			if a.Kind != KindPairing || seen[a.ID] {
+			if a.Kind != app.KindPairing || seen[a.ID] {
 				continue
 			}
 			seen[a.ID] = true
-			fmt.Fprintf(c.opts.Stdout, "\n%s (%s) claims the code from %s, asking for %s.\n", oneLine(a.Peer, 64), oneLine(orUnknown(a.OS), 64), a.Addr, scopesOrNone(a.Scopes))
+			fmt.Fprintf(c.opts.Stdout, "\n%s (%s) claims the code from %s, asking for %s.\n", oneLine(a.Peer, 64), oneLine(orUnknown(a.OS), 64), a.Addr, a.Scopes.Describe())
 			fmt.Fprintf(c.opts.Stdout, "Verification code: %s — it must be the one the other device shows.\n", spacedSAS(a.SAS))
 			if a.Detail != "" {
 				fmt.Fprintln(c.opts.Stdout, safeText(a.Detail, true))
@@ -247,23 +245,23 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires tim
 				waiting[a.ID] = a
 				continue
 			}
-			scopes := defaultPairingScopes(a.Scopes)
+			scopes := pairing.DefaultPairingScopes(a.Scopes)
 			fmt.Fprintf(c.opts.Stdout, "Approve and grant %s? [y/N/scopes, e.g. agent,node,full] ", scopes)
 			line, _ := in.ReadString('\n')
 			line = strings.TrimSpace(strings.ToLower(line))
-			d := ApprovalDecision{Decision: DecisionDeny}
+			d := app.ApprovalDecision{Decision: app.DecisionDeny}
 			switch {
 			case line == "y" || line == "yes":
-				d = ApprovalDecision{Decision: DecisionApprove, Scopes: scopes}
+				d = app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: scopes}
 			case line != "" && line != "n" && line != "no":
-				sc, err := parseScopes(line)
+				sc, err := scopesFlag(line)
 				if err != nil {
 					fmt.Fprintln(c.opts.Stderr, err, "— denied")
 					break
 				}
-				d = ApprovalDecision{Decision: DecisionApprove, Scopes: sc}
+				d = app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: sc}
 			}
-			if err := cl.Do(ctx, http.MethodPost, "/approvals/"+pathEscape(a.ID), d, nil); err != nil {
+			if err := cl.Decide(ctx, a.ID, d); err != nil {
 				if ctx.Err() != nil {
 					return ended()
 				}
@@ -285,7 +283,7 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *Client, expires tim
 	}
 }
 
-func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) error {
+func (c *cli) pairJoin(cmd *cobra.Command, req app.JoinRequest, ask, give string) error {
 	_, urlCode, _, err := pairing.ParsePairURL(req.URL)
 	if err != nil {
 		return usageError{fmt.Errorf("--join: %w", err)}
@@ -293,11 +291,11 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 	if urlCode == "" && strings.TrimSpace(req.Code) == "" {
 		return usageError{errors.New("the URL has no pairing code (#c=CODE): give the code the other device shows with --code CODE")}
 	}
-	if req.Ask, err = parseScopes(ask); err != nil {
+	if req.Ask, err = scopesFlag(ask); err != nil {
 		return usageError{fmt.Errorf("--ask: %w", err)}
 	}
 	if give != "none" && give != "" {
-		if req.Give, err = parseScopes(give); err != nil {
+		if req.Give, err = scopesFlag(give); err != nil {
 			return usageError{fmt.Errorf("--give: %w", err)}
 		}
 	}
@@ -305,27 +303,14 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(req)
-	hreq, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, cl.base+"/pair/join", bytes.NewReader(b))
+	events, err := cl.Join(cmd.Context(), req)
 	if err != nil {
 		return err
 	}
-	hreq.Header.Set("Authorization", "Bearer "+cl.token)
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := cl.hc.Do(hreq)
-	if err != nil {
-		return fmt.Errorf("%w (state dir %s)", ErrNotRunning, cl.StateDir)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
-	}
-	dec := json.NewDecoder(resp.Body)
+	defer events.Close()
 	for {
-		var ev JoinEvent
-		if err := dec.Decode(&ev); err != nil {
+		ev, err := events.Next()
+		if err != nil {
 			return fmt.Errorf("pairing: the node stopped answering: %w", err)
 		}
 		switch {
@@ -343,7 +328,7 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 			if c.asJSON {
 				return c.printJSON(r)
 			}
-			fmt.Fprintf(c.opts.Stdout, "Paired with %s (%s): it gave this device %s.\n", oneLine(r.Peer.Name, 64), oneLine(orUnknown(r.Peer.OS), 64), scopesOrNone(r.Peer.Scopes))
+			fmt.Fprintf(c.opts.Stdout, "Paired with %s (%s): it gave this device %s.\n", oneLine(r.Peer.Name, 64), oneLine(orUnknown(r.Peer.OS), 64), r.Peer.Scopes.Describe())
 			for _, id := range r.Revoked {
 				fmt.Fprintf(c.opts.Stdout, "One-way pairing: the grant %s this device gave it before is revoked.\n", id)
 			}
@@ -356,18 +341,4 @@ func (c *cli) pairJoin(cmd *cobra.Command, req JoinRequest, ask, give string) er
 			return nil
 		}
 	}
-}
-
-func spacedSAS(s string) string {
-	if len(s) == 6 {
-		return s[:3] + " " + s[3:]
-	}
-	return s
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown OS"
-	}
-	return s
 }

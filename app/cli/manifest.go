@@ -1,13 +1,12 @@
-package app
+package cli
 
 import (
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/spf13/cobra"
 
-	"meshtray/nodes"
+	"meshtray/app"
 	"meshtray/pairing"
 )
 
@@ -24,8 +23,13 @@ func (c *cli) manifestCommand() *cobra.Command {
 			"the stricter of the grant's and the capability's policy applies to each call.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var m nodes.Manifest
-			if err := c.call(cmd, http.MethodGet, "/nodes/manifest", nil, &m); err != nil {
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			m, err := cl.Manifest(ctx)
+			if err != nil {
 				return err
 			}
 			if c.asJSON {
@@ -49,12 +53,17 @@ func (c *cli) manifestCommand() *cobra.Command {
 		Short: "Set a capability's approval policy",
 		Args:  exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := parsePolicy(args[1])
+			p, err := pairing.ParsePolicy(args[1])
 			if err != nil || args[1] == "" {
 				return usageError{errors.New("the policy is ask, allow or deny")}
 			}
-			u := ConfigUpdate{CapabilityPolicies: map[string]pairing.Policy{args[0]: p}}
-			if err := c.call(cmd, http.MethodPost, "/config", u, nil); err != nil {
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			u := app.ConfigUpdate{CapabilityPolicies: map[string]pairing.Policy{args[0]: p}}
+			if _, err := cl.UpdateConfig(ctx, u); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.opts.Stdout, "%s: approval %s\n", oneLine(args[0], 40), p)

@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"meshtray/app"
+	"meshtray/pairing"
+)
+
+func (c *cli) grantCommand() *cobra.Command {
+	grant := &cobra.Command{
+		Use:   "grant",
+		Short: "Mint, list, pause, resume, revoke and rotate grants (bearer tokens for peers and agents)",
+	}
+	var req app.GrantRequest
+	var scopes, approval string
+	create := &cobra.Command{
+		Use:   "create --name NAME --scope agent,node [--approval ask|allow|deny]",
+		Short: "Mint a grant and print its token once",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sc, err := scopesFlag(scopes)
+			if err != nil {
+				return usageError{err}
+			}
+			req.Scopes = sc
+			if req.Approval, err = pairing.ParsePolicy(approval); err != nil {
+				return usageError{err}
+			}
+			if strings.TrimSpace(req.Name) == "" {
+				return usageError{errors.New("--name is required")}
+			}
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			tok, err := cl.CreateGrant(ctx, req)
+			if err != nil {
+				return err
+			}
+			if c.asJSON {
+				return c.printJSON(tok)
+			}
+			fmt.Fprintf(c.opts.Stderr, "grant %s created; its token is shown this once:\n", tok.ID)
+			fmt.Fprintln(c.opts.Stdout, tok.Token)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&req.Name, "name", "", "who the grant is for (shown in approvals)")
+	create.Flags().StringVar(&scopes, "scope", "agent", "scopes: agent, node, full (comma-separated)")
+	create.Flags().StringVar(&approval, "approval", "ask", "approval policy for its delegations: ask, allow, deny")
+	c.jsonFlag(create)
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the grants this device issued",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			d, err := cl.Devices(ctx)
+			if err != nil {
+				return err
+			}
+			if c.asJSON {
+				return c.printJSON(d.Issued)
+			}
+			c.printIssued(d.Issued)
+			return nil
+		},
+	}
+	c.jsonFlag(list)
+	grant.AddCommand(create, list)
+
+	for _, action := range []string{app.ActionPause, app.ActionResume, app.ActionRevoke, app.ActionRotate} {
+		short := map[string]string{
+			app.ActionPause:  "Pause a grant: its token is refused until resumed",
+			app.ActionResume: "Resume a paused grant",
+			app.ActionRevoke: "Revoke a grant for good",
+			app.ActionRotate: "Replace a grant's token (the old one stops working) and print the new one once",
+		}[action]
+		grant.AddCommand(&cobra.Command{
+			Use:   action + " ID",
+			Short: short,
+			Args:  exactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cl, ctx, done, err := c.api(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				tok, err := cl.UpdateGrant(ctx, args[0], app.GrantUpdate{Action: action})
+				if err != nil {
+					return err
+				}
+				if action == app.ActionRotate {
+					fmt.Fprintf(c.opts.Stderr, "grant %s rotated; its new token is shown this once:\n", args[0])
+					fmt.Fprintln(c.opts.Stdout, tok.Token)
+					return nil
+				}
+				fmt.Fprintf(c.opts.Stdout, "grant %s: %s\n", args[0], map[string]string{
+					app.ActionPause: "paused", app.ActionResume: "resumed", app.ActionRevoke: "revoked"}[action])
+				return nil
+			},
+		})
+	}
+	var setApproval string
+	set := &cobra.Command{
+		Use:   "set ID --approval ask|allow|deny",
+		Short: "Set a grant's approval policy for delegations",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pairing.ParsePolicy(setApproval)
+			if err != nil || setApproval == "" {
+				return usageError{errors.New("--approval ask|allow|deny is required")}
+			}
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if _, err := cl.UpdateGrant(ctx, args[0], app.GrantUpdate{Approval: p}); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.opts.Stdout, "grant %s: approval %s\n", args[0], p)
+			return nil
+		},
+	}
+	set.Flags().StringVar(&setApproval, "approval", "", "ask, allow or deny")
+	grant.AddCommand(set)
+	return grant
+}
+
+func (c *cli) printIssued(gs []pairing.Grant) {
+	w := c.table()
+	fmt.Fprintln(w, "ID\tNAME\tSCOPES\tAPPROVAL\tSTATUS\tLAST USED")
+	for _, g := range gs {
+		last := "never"
+		if !g.LastUsed.IsZero() {
+			last = ago(g.LastUsed)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, oneLine(g.Name, 64), g.Scopes, g.Policy, g.Status, last)
+	}
+	w.Flush()
+}
+
+func (c *cli) devicesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "devices",
+		Short: "List paired devices: grants issued to them and grants they gave this device",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, ctx, done, err := c.api(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			d, err := cl.Devices(ctx)
+			if err != nil {
+				return err
+			}
+			if c.asJSON {
+				return c.printJSON(d)
+			}
+			fmt.Fprintln(c.opts.Stdout, "Issued by this device:")
+			c.printIssued(d.Issued)
+			fmt.Fprintln(c.opts.Stdout, "\nGiven to this device by:")
+			w := c.table()
+			fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSCOPES\tURL")
+			for _, h := range d.Held {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", shortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
+			}
+			return w.Flush()
+		},
+	}
+	c.jsonFlag(cmd)
+	return cmd
+}
+
