@@ -20,8 +20,8 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/app"
-	"meshtray/app/cli"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
 )
 
 // Delegating between two real meshtray nodes (issue 4 §4): two `meshtray

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"meshtray/app"
-	"meshtray/app/cli"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
 )
 
 // trap listens on addr and counts the connections it gets, closing each.

@@ -19,8 +19,8 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/app"
-	"meshtray/app/cli"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
 )
 
 // A real a2a-go v0.3.15 a2asrv agent in the test process (loopback), as

@@ -17,8 +17,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	"meshtray/app"
-	"meshtray/app/cli"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
 	"meshtray/pairing"
 )
 

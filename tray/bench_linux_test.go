@@ -5,7 +5,6 @@ package tray
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,8 +124,8 @@ func TestBenchTray(t *testing.T) {
 			done <- err
 		}()
 		_, seen := waitWindow(t, d, "Approval needed", 30*time.Second)
-		var as []app.Approval
-		if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
+		as, err := c.Approvals(context.Background())
+		if err != nil || len(as) != 1 {
 			t.Fatalf("approvals: %v %+v", err, as)
 		}
 		lat := seen.Sub(as[0].Created)
@@ -146,7 +145,7 @@ func TestBenchTray(t *testing.T) {
 		}
 		cold = append(cold, popup())
 	}
-	if err := c.Do(context.Background(), http.MethodPost, "/ui/open", app.UIRequest{Window: app.UIDevices}, nil); err != nil {
+	if err := c.OpenUI(context.Background(), app.UIRequest{Window: app.UIDevices}); err != nil {
 		t.Fatal(err)
 	}
 	// The tray starts the UI process only for its own clicks and new

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	agent "meshtray/a2a"
 	"meshtray/app"
 	"meshtray/mesh"
 )
@@ -30,7 +30,14 @@ type menuRenderer interface {
 
 // controlAPI is what the tray uses of app.Client.
 type controlAPI interface {
-	Do(ctx context.Context, method, path string, in, out any) error
+	Status(ctx context.Context) (app.Status, error)
+	Peers(ctx context.Context) ([]mesh.Peer, error)
+	Approvals(ctx context.Context) ([]app.Approval, error)
+	Outbound(ctx context.Context) ([]agent.OutboundTask, error)
+	SetA2A(ctx context.Context, enabled bool) (app.A2AStatus, error)
+	UpdateConfig(ctx context.Context, u app.ConfigUpdate) (app.Settings, error)
+	OpenUI(ctx context.Context, r app.UIRequest) error
+	PendingUI(ctx context.Context) ([]app.UIRequest, error)
 	Events(ctx context.Context, fn func([]app.EventType)) error
 }
 
@@ -144,10 +151,24 @@ func (c *controller) watch(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func (c *controller) call(ctx context.Context, method, path string, in, out any) error {
+// fetch runs one control-API call f (bounded by callTimeout) and, when it
+// succeeds, keeps its answer in out.
+func fetch[T any](ctx context.Context, out *T, f func(context.Context) (T, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	return c.api.Do(ctx, method, path, in, out)
+	v, err := f(ctx)
+	if err == nil {
+		*out = v
+	}
+	return err
+}
+
+// send runs one control-API call f that answers nothing, bounded by
+// callTimeout.
+func send(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	return f(ctx)
 }
 
 // refresh reads a snapshot, renders the menu when it changed, and handles
@@ -156,9 +177,9 @@ func (c *controller) refresh(ctx context.Context) {
 	var s snapshot
 	var approvals []app.Approval
 	err := errors.Join(
-		c.call(ctx, http.MethodGet, "/status", nil, &s.Status),
-		c.call(ctx, http.MethodGet, "/mesh/peers", nil, &s.Peers),
-		c.call(ctx, http.MethodGet, "/approvals", nil, &approvals),
+		fetch(ctx, &s.Status, c.api.Status),
+		fetch(ctx, &s.Peers, c.api.Peers),
+		fetch(ctx, &approvals, c.api.Approvals),
 	)
 	if err != nil {
 		if ctx.Err() == nil && c.failures == 0 {
@@ -174,14 +195,14 @@ func (c *controller) refresh(ctx context.Context) {
 	s.Status.PendingApprovals = len(approvals) // the list is fresher than the count
 	// The questions of delegated tasks: read only while some wait or were
 	// announced (to forget them), not on every task event.
-	var waiting []outboundView
+	var waiting []agent.OutboundTask
 	questionsOK := false
 	if s.Status.OutboundWaiting > 0 || len(c.asked) > 0 {
-		var all []outboundView
-		if err := c.call(ctx, http.MethodGet, "/a2a/outbound", nil, &all); err != nil {
+		var all []agent.OutboundTask
+		if err := fetch(ctx, &all, c.api.Outbound); err != nil {
 			c.log.Debug("cannot read the delegated tasks", "err", err)
 		} else {
-			waiting = slices.DeleteFunc(all, func(t outboundView) bool { return !app.WaitsForOwner(t.State) })
+			waiting = slices.DeleteFunc(all, func(t agent.OutboundTask) bool { return !app.WaitsForOwner(string(t.State)) })
 			s.Status.OutboundWaiting = len(waiting)
 			questionsOK = true
 		}
@@ -209,7 +230,7 @@ func (c *controller) refresh(ctx context.Context) {
 // announceQuestions sends one notification per question a delegated task
 // asks (issue 4 §2): a task is announced again only when it asks
 // something new.
-func (c *controller) announceQuestions(ctx context.Context, waiting []outboundView) {
+func (c *controller) announceQuestions(ctx context.Context, waiting []agent.OutboundTask) {
 	if c.asked == nil {
 		c.asked = make(map[string]string)
 	}
@@ -235,7 +256,7 @@ const maxNoticeQuestion = 240
 
 // questionNotice is the desktop notification of a delegated task that
 // waits for the owner.
-func questionNotice(t outboundView) (title, body string) {
+func questionNotice(t agent.OutboundTask) (title, body string) {
 	who := t.AgentName
 	if who == "" {
 		who = "An agent"
@@ -243,7 +264,7 @@ func questionNotice(t outboundView) (title, body string) {
 	title = who + " asks"
 	q := strings.TrimSpace(t.Message)
 	if q == "" {
-		q = "It needs your input (" + t.State + ")."
+		q = "It needs your input (" + string(t.State) + ")."
 	}
 	if r := []rune(q); len(r) > maxNoticeQuestion {
 		q = string(r[:maxNoticeQuestion]) + "…"
@@ -318,10 +339,13 @@ func (c *controller) handle(ctx context.Context, a action) {
 			c.notify(ctx, "Device ID copied", c.status.DeviceID)
 		}
 	case actToggleA2A:
-		err = c.call(ctx, http.MethodPost, "/a2a/status", map[string]bool{"enabled": !c.status.A2A.Enabled}, nil)
+		err = send(ctx, func(ctx context.Context) error { _, err := c.api.SetA2A(ctx, !c.status.A2A.Enabled); return err })
 	case actToggleLAN:
 		on := !c.status.LAN
-		err = c.call(ctx, http.MethodPost, "/config", app.ConfigUpdate{LAN: &on}, nil)
+		err = send(ctx, func(ctx context.Context) error {
+			_, err := c.api.UpdateConfig(ctx, app.ConfigUpdate{LAN: &on})
+			return err
+		})
 	case actOpenPeer:
 		err = c.ui.open(ctx, app.UIRequest{Window: app.UIPeer, Arg: a.arg})
 	case actOpenPeers:

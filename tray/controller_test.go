@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
+
+	agent "meshtray/a2a"
 	"meshtray/app"
 	"meshtray/mesh"
 )
@@ -84,34 +86,48 @@ type fakeAPI struct {
 	mu        sync.Mutex
 	status    app.Status
 	approvals []app.Approval
-	outbound  []outboundView
-	posts     []string // "PATH BODY"
+	outbound  []agent.OutboundTask
+	posts     []string // "METHOD ARGUMENT-AS-JSON" of each change asked for
 	events    chan []app.EventType
 }
 
-func (f *fakeAPI) Do(ctx context.Context, method, path string, in, out any) error {
+// post records a change the tray asked for.
+func (f *fakeAPI) post(method string, arg any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if method == http.MethodPost {
-		b, _ := json.Marshal(in)
-		f.posts = append(f.posts, path+" "+string(b))
-		return nil
-	}
-	var v any
-	switch path {
-	case "/status":
-		v = f.status
-	case "/approvals":
-		v = f.approvals
-	case "/mesh/peers":
-		v = []mesh.Peer{}
-	case "/a2a/outbound":
-		v = f.outbound
-	default:
-		return &app.APIError{Status: 404, Message: "no " + path}
-	}
-	b, _ := json.Marshal(v)
-	return json.Unmarshal(b, out)
+	b, _ := json.Marshal(arg)
+	f.posts = append(f.posts, method+" "+string(b))
+}
+
+// read returns a copy of v made under the lock (the way the wire copies).
+func read[T any](f *fakeAPI, v *T) (T, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out T
+	b, _ := json.Marshal(*v)
+	return out, json.Unmarshal(b, &out)
+}
+
+func (f *fakeAPI) Status(context.Context) (app.Status, error)        { return read(f, &f.status) }
+func (f *fakeAPI) Approvals(context.Context) ([]app.Approval, error) { return read(f, &f.approvals) }
+func (f *fakeAPI) Outbound(context.Context) ([]agent.OutboundTask, error) {
+	return read(f, &f.outbound)
+}
+func (f *fakeAPI) Peers(context.Context) ([]mesh.Peer, error) { return []mesh.Peer{}, nil }
+func (f *fakeAPI) PendingUI(context.Context) ([]app.UIRequest, error) {
+	return nil, nil
+}
+func (f *fakeAPI) SetA2A(_ context.Context, on bool) (app.A2AStatus, error) {
+	f.post("SetA2A", on)
+	return app.A2AStatus{Enabled: on}, nil
+}
+func (f *fakeAPI) UpdateConfig(_ context.Context, u app.ConfigUpdate) (app.Settings, error) {
+	f.post("UpdateConfig", u)
+	return app.Settings{}, nil
+}
+func (f *fakeAPI) OpenUI(_ context.Context, r app.UIRequest) error {
+	f.post("OpenUI", r)
+	return nil
 }
 
 func (f *fakeAPI) Events(ctx context.Context, fn func([]app.EventType)) error {
@@ -153,7 +169,7 @@ type recordUI struct {
 }
 
 func (u recordUI) open(ctx context.Context, r app.UIRequest) error {
-	return u.api.Do(ctx, http.MethodPost, "/ui/open", r, nil)
+	return u.api.OpenUI(ctx, r)
 }
 
 type fakeAutostart struct{ on bool }
@@ -231,7 +247,7 @@ func TestControllerLoop(t *testing.T) {
 	if len(gotNotices) != 1 || gotNotices[0] != "Delegation from phone" {
 		t.Fatalf("notices %q", gotNotices)
 	}
-	if p := api.postsSnapshot(); len(p) != 1 || p[0] != `/ui/open {"window":"approvals"}` {
+	if p := api.postsSnapshot(); len(p) != 1 || p[0] != `OpenUI {"window":"approvals"}` {
 		t.Fatalf("posts %q", p)
 	}
 	menu.mu.Lock()
@@ -257,7 +273,7 @@ func TestControllerLoop(t *testing.T) {
 		t.Error("Start at login not checked after the click")
 	}
 	menu.mu.Unlock()
-	want := []string{`/ui/open {"window":"approvals"}`, `/a2a/status {"enabled":true}`, `/ui/open {"window":"peer","arg":"PEER"}`}
+	want := []string{`OpenUI {"window":"approvals"}`, `SetA2A true`, `OpenUI {"window":"peer","arg":"PEER"}`}
 	if p := api.postsSnapshot(); strings.Join(p, "\n") != strings.Join(want, "\n") {
 		t.Errorf("posts:\n%s\nwant:\n%s", strings.Join(p, "\n"), strings.Join(want, "\n"))
 	}
@@ -317,8 +333,8 @@ func TestControllerQuestions(t *testing.T) {
 		if app.WaitsForOwner(state) {
 			api.status.OutboundWaiting = 1
 		}
-		api.outbound = []outboundView{
-			{ID: "T1", Agent: "bee-id", AgentName: "bee", Request: "hello there", State: state, Message: q},
+		api.outbound = []agent.OutboundTask{
+			{ID: "T1", Agent: "bee-id", AgentName: "bee", Request: "hello there", State: a2a.TaskState(state), Message: q},
 			{ID: "T0", Agent: "bee-id", AgentName: "bee", Request: "old", State: "completed"},
 		}
 		api.mu.Unlock()
@@ -344,7 +360,7 @@ func TestControllerQuestions(t *testing.T) {
 	c.clicks <- action{kind: actQuestions} // the loop handled the event before the click
 	waitUntil(t, "the questions window request", func() bool {
 		p := api.postsSnapshot()
-		return len(p) > 0 && p[len(p)-1] == `/ui/open {"window":"questions"}`
+		return len(p) > 0 && p[len(p)-1] == `OpenUI {"window":"questions"}`
 	})
 	if len(got()) != 1 || menu.count() != renders {
 		t.Fatalf("the same question again: %d notices, %d renders (was %d)", len(got()), menu.count(), renders)

@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"image"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	agent "meshtray/a2a"
 	"meshtray/app"
 )
 
@@ -42,21 +42,18 @@ func TestQuestionsWindowAnswers(t *testing.T) {
 	c := p.client(t)
 	it := d.Watcher.waitItem(t, 20*time.Second)
 	ctx := context.Background()
-	var ag struct {
-		ID   string `json:"id"`
-		Name string `json:"name"`
-	}
-	if err := c.Do(ctx, http.MethodPost, "/a2a/agents", map[string]string{"url": fmt.Sprintf("http://127.0.0.1:%d", binfo.Port), "token": token}, &ag); err != nil {
+	ag, err := c.AddAgent(ctx, app.AgentRequest{URL: fmt.Sprintf("http://127.0.0.1:%d", binfo.Port), Token: token})
+	if err != nil {
 		t.Fatalf("add the agent: %v", err)
 	}
-	var task outboundView
-	if err := c.Do(ctx, http.MethodPost, "/a2a/outbound", map[string]any{"agent": ag.ID, "text": "hello there", "detach": true}, &task); err != nil {
+	task, err := c.Delegate(ctx, app.DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: ag.ID, MessageInput: agent.MessageInput{Text: "hello there"}}})
+	if err != nil {
 		t.Fatalf("delegate: %v", err)
 	}
-	get := func() outboundView {
+	get := func() agent.OutboundTask {
 		t.Helper()
-		var v outboundView
-		if err := c.Do(ctx, http.MethodGet, "/a2a/outbound/"+task.ID, nil, &v); err != nil {
+		v, err := c.OutboundTask(ctx, task.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return v

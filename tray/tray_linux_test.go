@@ -40,8 +40,8 @@ func TestTrayMenuOverDBus(t *testing.T) {
 		_, pub := m.item(labelPublish)
 		return ok && pub && len(peers.Children) > 0
 	})
-	var st app.Status
-	if err := c.Do(context.Background(), http.MethodGet, "/status", nil, &st); err != nil {
+	st, err := c.Status(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -89,7 +89,7 @@ func TestTrayMenuOverDBus(t *testing.T) {
 		t.Error("the tray icon did not change when the card was published")
 	}
 	// The CLI and the tray are one state: `meshtray a2a off` unchecks it.
-	if err := c.Do(context.Background(), http.MethodPost, "/a2a/status", map[string]bool{"enabled": false}, nil); err != nil {
+	if err := func() error { _, err := c.SetA2A(context.Background(), false); return err }(); err != nil {
 		t.Fatal(err)
 	}
 	d.Watcher.waitMenu(t, it, 10*time.Second, "Publish unchecked after a2a off", func(m menuNode) bool {
@@ -157,8 +157,8 @@ func TestTrayWithoutDisplayRunsNode(t *testing.T) {
 	t.Parallel()
 	p := startTrayCmd(t, (*desktop)(nil).env(), t.TempDir(), nil)
 	c := p.client(t)
-	var st app.Status
-	if err := c.Do(context.Background(), http.MethodGet, "/status", nil, &st); err != nil {
+	_, err := c.Status(context.Background())
+	if err != nil {
 		t.Fatalf("the node does not answer without a display: %v", err)
 	}
 	if n := strings.Count(p.Logs(), "no tray: no display"); n != 1 {

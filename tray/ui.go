@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"fyne.io/fyne/v2/dialog"
 	"fyne.io/fyne/v2/widget"
 
+	agent "meshtray/a2a"
 	"meshtray/app"
 	"meshtray/assets"
 	"meshtray/mesh"
@@ -101,7 +101,7 @@ type uiProc struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	a      fyne.App
-	api    controlAPI
+	api    *app.Client
 	log    *slog.Logger
 
 	wins    map[string]*uiWin
@@ -119,7 +119,7 @@ type uiWin struct {
 	owns func(a app.Approval) bool
 }
 
-func newUIProc(ctx context.Context, a fyne.App, api controlAPI, log *slog.Logger) *uiProc {
+func newUIProc(ctx context.Context, a fyne.App, api *app.Client, log *slog.Logger) *uiProc {
 	ctx, cancel := context.WithCancel(ctx)
 	return &uiProc{ctx: ctx, cancel: cancel, a: a, api: api, log: log, wins: map[string]*uiWin{}}
 }
@@ -188,12 +188,6 @@ func (u *uiProc) bg(work func(ctx context.Context) func()) {
 	}()
 }
 
-func (u *uiProc) call(ctx context.Context, method, path string, in, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	return u.api.Do(ctx, method, path, in, out)
-}
-
 // watch follows GET /events; when the stream ends and the node no longer
 // answers, the process ends.
 func (u *uiProc) watch() {
@@ -205,7 +199,7 @@ func (u *uiProc) watch() {
 			return
 		}
 		var st app.Status
-		if serr := u.call(u.ctx, http.MethodGet, "/status", nil, &st); serr != nil {
+		if serr := fetch(u.ctx, &st, u.api.Status); serr != nil {
 			u.log.Info("the node is gone; closing the windows", "err", err)
 			u.cancel()
 			return
@@ -236,7 +230,7 @@ func (u *uiProc) onEvents(ts []app.EventType) {
 // goroutine, so a request taken is a window shown.
 func (u *uiProc) takeQueue() {
 	var reqs []app.UIRequest
-	if err := u.call(u.ctx, http.MethodPost, "/ui/take", nil, &reqs); err != nil {
+	if err := fetch(u.ctx, &reqs, u.api.TakeUI); err != nil {
 		u.log.Warn("cannot read the window queue", "err", err)
 		return
 	}
@@ -252,7 +246,7 @@ func (u *uiProc) requeue() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, r := range u.taken {
-		if err := u.call(ctx, http.MethodPost, "/ui/open", r, nil); err != nil {
+		if err := send(ctx, func(ctx context.Context) error { return u.api.OpenUI(ctx, r) }); err != nil {
 			u.log.Warn("cannot put a window back in the queue", "window", r.Window, "err", err)
 		}
 	}
@@ -278,7 +272,7 @@ func (u *uiProc) open(r app.UIRequest) {
 		// Only when something is waiting that no other window shows, so
 		// no empty popup flashes (one read on loopback).
 		var as []app.Approval
-		if err := u.call(u.ctx, http.MethodGet, "/approvals", nil, &as); err != nil || len(u.popupApprovals(as)) == 0 {
+		if err := fetch(u.ctx, &as, u.api.Approvals); err != nil || len(u.popupApprovals(as)) == 0 {
 			return
 		}
 		uw = u.approvalsWindow()
@@ -339,7 +333,7 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	var v *approvalView
 	v = newApprovalView(func(a app.Approval, d app.ApprovalDecision) {
 		u.bg(func(ctx context.Context) func() {
-			err := u.call(ctx, http.MethodPost, "/approvals/"+a.ID, d, nil)
+			err := send(ctx, func(ctx context.Context) error { return u.api.Decide(ctx, a.ID, d) })
 			return func() {
 				if err != nil {
 					var ae *app.APIError
@@ -368,7 +362,7 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	refresh = func() {
 		u.bg(func(ctx context.Context) func() {
 			var as []app.Approval
-			if err := u.call(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
+			if err := fetch(ctx, &as, u.api.Approvals); err != nil {
 				u.log.Warn("cannot read approvals", "err", err)
 				return nil
 			}
@@ -431,7 +425,7 @@ func (u *uiProc) pairWindow() *uiWin {
 		}
 		u.bg(func(ctx context.Context) func() {
 			var ps app.PairingSession
-			err := u.call(ctx, http.MethodPost, "/pair/sessions", nil, &ps)
+			err := fetch(ctx, &ps, u.api.StartPairing)
 			return func() {
 				if err != nil {
 					v.failed("Could not make a pairing code: " + err.Error())
@@ -446,7 +440,7 @@ func (u *uiProc) pairWindow() *uiWin {
 		a := claimant
 		u.bg(func(ctx context.Context) func() {
 			var d app.Devices
-			if err := u.call(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+			if err := fetch(ctx, &d, u.api.Devices); err != nil {
 				return nil
 			}
 			for _, g := range d.Issued {
@@ -472,7 +466,7 @@ func (u *uiProc) pairWindow() *uiWin {
 				decided, claimant = a.ID, a
 			}
 			u.bg(func(ctx context.Context) func() {
-				err := u.call(ctx, http.MethodPost, "/approvals/"+a.ID, d, nil)
+				err := send(ctx, func(ctx context.Context) error { return u.api.Decide(ctx, a.ID, d) })
 				return func() {
 					switch {
 					case err != nil:
@@ -489,7 +483,10 @@ func (u *uiProc) pairWindow() *uiWin {
 		LANOn: func() {
 			u.bg(func(ctx context.Context) func() {
 				on := true
-				err := u.call(ctx, http.MethodPost, "/config", app.ConfigUpdate{LAN: &on}, nil)
+				err := send(ctx, func(ctx context.Context) error {
+					_, err := u.api.UpdateConfig(ctx, app.ConfigUpdate{LAN: &on})
+					return err
+				})
 				return func() {
 					if err != nil {
 						v.failed("Could not turn on the local network: " + err.Error())
@@ -525,7 +522,7 @@ func (u *uiProc) pairWindow() *uiWin {
 			// QR code must name an address that answers now.
 			u.bg(func(ctx context.Context) func() {
 				var b app.PairingBases
-				if err := u.call(ctx, http.MethodGet, "/pair/bases", nil, &b); err != nil {
+				if err := fetch(ctx, &b, u.api.PairingBases); err != nil {
 					return nil
 				}
 				return func() {
@@ -545,7 +542,7 @@ func (u *uiProc) pairWindow() *uiWin {
 		}
 		u.bg(func(ctx context.Context) func() {
 			var as []app.Approval
-			if err := u.call(ctx, http.MethodGet, "/approvals", nil, &as); err != nil {
+			if err := fetch(ctx, &as, u.api.Approvals); err != nil {
 				return nil
 			}
 			return func() {
@@ -578,7 +575,7 @@ func (u *uiProc) devicesWindow() *uiWin {
 	refresh := func() {
 		u.bg(func(ctx context.Context) func() {
 			var d app.Devices
-			if err := u.call(ctx, http.MethodGet, "/nodes/devices", nil, &d); err != nil {
+			if err := fetch(ctx, &d, u.api.Devices); err != nil {
 				return func() { dialog.ShowError(err, uw.w) }
 			}
 			return func() { v.set(d) }
@@ -587,7 +584,7 @@ func (u *uiProc) devicesWindow() *uiWin {
 	send := func(g pairing.Grant, upd app.GrantUpdate) {
 		u.bg(func(ctx context.Context) func() {
 			var tok app.GrantToken
-			err := u.call(ctx, http.MethodPost, "/nodes/devices/"+g.ID, upd, &tok)
+			err := fetch(ctx, &tok, func(ctx context.Context) (app.GrantToken, error) { return u.api.UpdateGrant(ctx, g.ID, upd) })
 			return func() {
 				if err != nil {
 					dialog.ShowError(err, uw.w)
@@ -649,7 +646,7 @@ func (u *uiProc) peersWindow() *uiWin {
 	refresh := func() {
 		u.bg(func(ctx context.Context) func() {
 			var ps []mesh.Peer
-			if err := u.call(ctx, http.MethodGet, "/mesh/peers", nil, &ps); err != nil {
+			if err := fetch(ctx, &ps, u.api.Peers); err != nil {
 				return nil
 			}
 			return func() { v.set(ps) }
@@ -664,18 +661,18 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 	var v *peerView
 	refreshTasks := func() {
 		u.bg(func(ctx context.Context) func() {
-			var ts []outboundView
-			if err := u.call(ctx, http.MethodGet, "/a2a/outbound", nil, &ts); err != nil {
+			var ts []agent.OutboundTask
+			if err := fetch(ctx, &ts, u.api.Outbound); err != nil {
 				return nil
 			}
-			ts = slices.DeleteFunc(ts, func(t outboundView) bool { return t.Agent != id })
+			ts = slices.DeleteFunc(ts, func(t agent.OutboundTask) bool { return t.Agent != id })
 			return func() { v.setTasks(ts) }
 		})
 	}
 	v = newPeerView(func(text string) {
 		u.bg(func(ctx context.Context) func() {
-			req := map[string]any{"agent": id, "text": text, "detach": true}
-			err := u.call(ctx, http.MethodPost, "/a2a/outbound", req, nil)
+			req := app.DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: id, MessageInput: agent.MessageInput{Text: text}}}
+			err := send(ctx, func(ctx context.Context) error { _, err := u.api.Delegate(ctx, req); return err })
 			return func() {
 				v.sent(err)
 				refreshTasks()
@@ -689,7 +686,7 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 	refresh := func(withManifest bool) {
 		u.bg(func(ctx context.Context) func() {
 			var ps []mesh.Peer
-			if err := u.call(ctx, http.MethodGet, "/mesh/peers", nil, &ps); err != nil {
+			if err := fetch(ctx, &ps, u.api.Peers); err != nil {
 				return nil
 			}
 			i := slices.IndexFunc(ps, func(p mesh.Peer) bool { return p.ID == id })
@@ -702,7 +699,7 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 			var m nodes.Manifest
 			var errText string
 			if withManifest {
-				if err := u.call(ctx, http.MethodGet, "/ui/peers/"+id+"/manifest", nil, &m); err != nil {
+				if err := fetch(ctx, &m, func(ctx context.Context) (nodes.Manifest, error) { return u.api.PeerManifest(ctx, id) }); err != nil {
 					errText = err.Error()
 					var ae *app.APIError
 					switch {
@@ -746,19 +743,19 @@ func (u *uiProc) questionsWindow() *uiWin {
 	var v *questionsView
 	refresh := func() {
 		u.bg(func(ctx context.Context) func() {
-			var ts []outboundView
-			if err := u.call(ctx, http.MethodGet, "/a2a/outbound", nil, &ts); err != nil {
+			var ts []agent.OutboundTask
+			if err := fetch(ctx, &ts, u.api.Outbound); err != nil {
 				u.log.Warn("cannot read the delegated tasks", "err", err)
 				return nil
 			}
-			ts = slices.DeleteFunc(ts, func(t outboundView) bool { return !app.WaitsForOwner(t.State) })
+			ts = slices.DeleteFunc(ts, func(t agent.OutboundTask) bool { return !app.WaitsForOwner(string(t.State)) })
 			return func() { v.set(ts) }
 		})
 	}
-	v = newQuestionsView(func(t outboundView, text string) {
+	v = newQuestionsView(func(t agent.OutboundTask, text string) {
 		u.bg(func(ctx context.Context) func() {
-			req := map[string]any{"text": text, "detach": true}
-			err := u.call(ctx, http.MethodPost, "/a2a/outbound/"+url.PathEscape(t.ID)+"/answer", req, nil)
+			req := app.AnswerRequest{MessageInput: agent.MessageInput{Text: text}}
+			err := send(ctx, func(ctx context.Context) error { _, err := u.api.Answer(ctx, t.ID, req); return err })
 			return func() {
 				v.answered(t.ID, err)
 				refresh()
@@ -777,7 +774,7 @@ func (u *uiProc) manifestWindow() *uiWin {
 	refresh := func() {
 		u.bg(func(ctx context.Context) func() {
 			var m nodes.Manifest
-			if err := u.call(ctx, http.MethodGet, "/nodes/manifest", nil, &m); err != nil {
+			if err := fetch(ctx, &m, u.api.Manifest); err != nil {
 				return func() { dialog.ShowError(err, uw.w) }
 			}
 			return func() { v.set(m) }
@@ -785,7 +782,10 @@ func (u *uiProc) manifestWindow() *uiWin {
 	}
 	v = newManifestView(func(name string, p pairing.Policy) {
 		u.bg(func(ctx context.Context) func() {
-			err := u.call(ctx, http.MethodPost, "/config", app.ConfigUpdate{CapabilityPolicies: map[string]pairing.Policy{name: p}}, nil)
+			err := send(ctx, func(ctx context.Context) error {
+				_, err := u.api.UpdateConfig(ctx, app.ConfigUpdate{CapabilityPolicies: map[string]pairing.Policy{name: p}})
+				return err
+			})
 			return func() {
 				if err != nil {
 					dialog.ShowError(err, uw.w)

@@ -3,7 +3,6 @@ package tray
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"sync"
@@ -46,7 +45,7 @@ type uiLauncher struct {
 func (l *uiLauncher) open(ctx context.Context, r app.UIRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if err := l.api.Do(ctx, http.MethodPost, "/ui/open", r, nil); err != nil {
+	if err := l.api.OpenUI(ctx, r); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -100,8 +99,7 @@ func (l *uiLauncher) startLocked() error {
 		}
 		// Requests that arrived while it was closing: start it again.
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		var pending []app.UIRequest
-		perr := l.api.Do(ctx, http.MethodGet, "/ui/open", nil, &pending)
+		pending, perr := l.api.PendingUI(ctx)
 		cancel()
 		if perr == nil && len(pending) > 0 {
 			l.mu.Lock()

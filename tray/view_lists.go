@@ -13,7 +13,9 @@ import (
 	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
+	"github.com/a2aproject/a2a-go/a2a"
 
+	agent "meshtray/a2a"
 	"meshtray/app"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -199,23 +201,6 @@ type peerView struct {
 	root    fyne.CanvasObject
 }
 
-// outboundView is what the peer window shows of a task sent to the peer
-// (GET /a2a/outbound, a2a's OutboundTask: the fields used here).
-type outboundView struct {
-	ID        string `json:"id"`
-	Agent     string `json:"agent"`
-	AgentName string `json:"agent_name"`
-	Request   string `json:"request"`
-	State     string `json:"state"`
-	Message   string `json:"message"`
-	Error     string `json:"error"`
-	Artifacts []struct {
-		Name  string           `json:"name"`
-		Parts []map[string]any `json:"parts"`
-	} `json:"artifacts"`
-	Updated time.Time `json:"updated"`
-}
-
 func newPeerView(send func(text string)) *peerView {
 	v := &peerView{now: time.Now, send: send, list: container.NewVBox(), tasks: container.NewVBox()}
 	v.entry = widget.NewMultiLineEntry()
@@ -253,14 +238,14 @@ func (v *peerView) sent(err error) {
 }
 
 // setTasks shows the tasks sent to this peer, newest first.
-func (v *peerView) setTasks(ts []outboundView) {
-	slices.SortStableFunc(ts, func(a, b outboundView) int { return b.Updated.Compare(a.Updated) })
+func (v *peerView) setTasks(ts []agent.OutboundTask) {
+	slices.SortStableFunc(ts, func(a, b agent.OutboundTask) int { return b.Updated.Compare(a.Updated) })
 	var objs []fyne.CanvasObject
 	for i, t := range ts {
 		if i == 10 {
 			break
 		}
-		head := container.NewHBox(container.NewCenter(badge(t.State, stateColor(t.State))), boldLabel(t.Request))
+		head := container.NewHBox(container.NewCenter(badge(string(t.State), stateColor(string(t.State)))), boldLabel(t.Request))
 		row := []fyne.CanvasObject{head}
 		if t.Message != "" {
 			row = append(row, wrapLabel(t.Message))
@@ -284,18 +269,17 @@ func (v *peerView) setTasks(ts []outboundView) {
 
 // partsText is the text of A2A parts: text parts as they are, data parts
 // as JSON, files by name; bounded for the window.
-func partsText(parts []map[string]any) string {
+func partsText(parts a2a.ContentParts) string {
 	var b strings.Builder
 	for _, p := range parts {
-		switch p["kind"] {
-		case "text":
-			s, _ := p["text"].(string)
-			b.WriteString(s + "\n")
-		case "data":
-			j, _ := json.Marshal(p["data"])
+		switch p := p.(type) {
+		case a2a.TextPart:
+			b.WriteString(p.Text + "\n")
+		case a2a.DataPart:
+			j, _ := json.Marshal(p.Data)
 			b.Write(j)
 			b.WriteByte('\n')
-		case "file":
+		case a2a.FilePart:
 			b.WriteString("[file]\n")
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
+
+	agent "meshtray/a2a"
 )
 
 // questionsView lists the delegated tasks whose agent waits for the owner
@@ -16,9 +18,9 @@ import (
 // answer; it knows nothing of HTTP. An answer being typed survives the
 // refreshes a task event brings.
 type questionsView struct {
-	answer func(t outboundView, text string)
+	answer func(t agent.OutboundTask, text string)
 
-	tasks   []outboundView
+	tasks   []agent.OutboundTask
 	entries map[string]*widget.Entry  // by task id, kept across set
 	buttons map[string]*widget.Button // by task id
 	busy    map[string]bool           // answers sent, the task not yet moved on
@@ -28,7 +30,7 @@ type questionsView struct {
 	root fyne.CanvasObject
 }
 
-func newQuestionsView(answer func(outboundView, string)) *questionsView {
+func newQuestionsView(answer func(agent.OutboundTask, string)) *questionsView {
 	v := &questionsView{
 		answer:  answer,
 		entries: map[string]*widget.Entry{},
@@ -43,9 +45,9 @@ func newQuestionsView(answer func(outboundView, string)) *questionsView {
 }
 
 // set shows the tasks that wait for the owner, oldest first.
-func (v *questionsView) set(ts []outboundView) {
+func (v *questionsView) set(ts []agent.OutboundTask) {
 	v.tasks = slices.Clone(ts)
-	slices.SortStableFunc(v.tasks, func(a, b outboundView) int { return a.Updated.Compare(b.Updated) })
+	slices.SortStableFunc(v.tasks, func(a, b agent.OutboundTask) int { return a.Updated.Compare(b.Updated) })
 	live := map[string]bool{}
 	for _, t := range v.tasks {
 		live[t.ID] = true
@@ -76,7 +78,7 @@ func (v *questionsView) answered(id string, err error) {
 	v.render()
 }
 
-func (v *questionsView) send(t outboundView) {
+func (v *questionsView) send(t agent.OutboundTask) {
 	e := v.entries[t.ID]
 	if e == nil || v.busy[t.ID] {
 		return
@@ -103,7 +105,7 @@ func (v *questionsView) render() {
 	v.list.Refresh()
 }
 
-func (v *questionsView) card(t outboundView) fyne.CanvasObject {
+func (v *questionsView) card(t agent.OutboundTask) fyne.CanvasObject {
 	e := v.entries[t.ID]
 	if e == nil {
 		e = widget.NewEntry()
@@ -129,7 +131,7 @@ func (v *questionsView) card(t outboundView) fyne.CanvasObject {
 	if who == "" {
 		who = "An agent"
 	}
-	head := container.NewHBox(container.NewCenter(badge(t.State, stateColor(t.State))), boldLabel(who+" asks"))
+	head := container.NewHBox(container.NewCenter(badge(string(t.State), stateColor(string(t.State)))), boldLabel(who+" asks"))
 	q := strings.TrimSpace(t.Message)
 	if q == "" {
 		q = "(no question text: it waits for your input)"

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,8 +74,8 @@ func TestPopupApprovesDelegation(t *testing.T) {
 	}()
 
 	win, seen := waitWindow(t, d, "Approval needed", 30*time.Second)
-	var as []app.Approval
-	if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
+	as, err := c.Approvals(context.Background())
+	if err != nil || len(as) != 1 {
 		t.Fatalf("approvals: %v %+v", err, as)
 	}
 	t.Logf("popup mapped %v after the approval was created", seen.Sub(as[0].Created).Round(time.Millisecond))
@@ -131,8 +130,8 @@ func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
 	}
 	// The one popup shows the whole queue: its title counts it.
 	win, _ := waitWindow(t, d, fmt.Sprintf(`Approval needed \(%d waiting\)`, n), 30*time.Second)
-	var as []app.Approval
-	if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != n {
+	as, err := c.Approvals(context.Background())
+	if err != nil || len(as) != n {
 		t.Fatalf("approvals: %v %+v", err, as)
 	}
 	settledShot(t, d, win, "popup-queue", "the queued popup")
@@ -369,8 +368,8 @@ func TestPopupDecidedWhileOpening(t *testing.T) {
 			done <- err
 		}()
 		waitWindow(t, d, "Approval needed", 30*time.Second)
-		var as []app.Approval
-		if err := c.Do(context.Background(), http.MethodGet, "/approvals", nil, &as); err != nil || len(as) != 1 {
+		as, err := c.Approvals(context.Background())
+		if err != nil || len(as) != 1 {
 			t.Fatalf("round %d: approvals: %v %+v", round, err, as)
 		}
 		cli(t, d.env(), nil, dir, "approve", as[0].ID)
@@ -398,7 +397,7 @@ func TestUIWithoutDisplay(t *testing.T) {
 	defer cancel()
 	// A window the tray asked for: the failed UI process puts it back.
 	pair := app.UIRequest{Window: app.UIPair}
-	if err := c.Do(ctx, http.MethodPost, "/ui/open", pair, nil); err != nil {
+	if err := c.OpenUI(ctx, pair); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, os.Args[0], "ui", "--state-dir", dir)
@@ -414,8 +413,8 @@ func TestUIWithoutDisplay(t *testing.T) {
 	if strings.Contains(string(out), "goroutine 1") || strings.Contains(string(out), "panic:") {
 		t.Errorf("output is a panic trace:\n%s", out)
 	}
-	var queued []app.UIRequest
-	if err := c.Do(ctx, http.MethodGet, "/ui/open", nil, &queued); err != nil || !slices.Equal(queued, []app.UIRequest{pair}) {
+	queued, err := c.PendingUI(ctx)
+	if err != nil || !slices.Equal(queued, []app.UIRequest{pair}) {
 		t.Errorf("window queue after the failed UI process: %v %+v, want the pairing window back", err, queued)
 	}
 }

@@ -194,7 +194,6 @@ func (c *cli) denyCommand() *cobra.Command {
 	}
 }
 
-
 // scopesFlag reads the scopes of a flag or prompt (pairing.ParseScopes):
 // at least one.
 func scopesFlag(s string) (pairing.Scopes, error) {

@@ -153,7 +153,9 @@ shows (or a prefix of it, or the agent's task id).
 			}
 			req := app.AnswerRequest{MessageInput: in}
 			return c.follow(cmd, mf.detach,
-				func(ctx context.Context, cl *app.Client) (agent.OutboundTask, error) { return cl.Answer(ctx, args[0], req) },
+				func(ctx context.Context, cl *app.Client) (agent.OutboundTask, error) {
+					return cl.Answer(ctx, args[0], req)
+				},
 				func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
 					return cl.AnswerWatch(ctx, args[0], req)
 				})
@@ -679,4 +681,3 @@ func (p *taskPrinter) end(t agent.OutboundTask) {
 		fmt.Fprintln(p.errw, "note: some parts were dropped (over the node's per-task bound)")
 	}
 }
-

@@ -184,4 +184,3 @@ func (c *cli) devicesCommand() *cobra.Command {
 	c.jsonFlag(cmd)
 	return cmd
 }
-

@@ -155,4 +155,3 @@ func (c *cli) lanCommand() *cobra.Command {
 	c.jsonFlag(cmd)
 	return cmd
 }
-

@@ -1,4 +1,4 @@
-package tray
+package app_test
 
 import (
 	"context"
@@ -42,13 +42,13 @@ func TestUIQueueRoutes(t *testing.T) {
 		{Window: app.UIPeer, Arg: string(make([]byte, 200))}, // bounded
 	} {
 		var ae *app.APIError
-		if err := c.Do(ctx, http.MethodPost, "/ui/open", bad, nil); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		if err := c.OpenUI(ctx, bad); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 			t.Errorf("open %+v: %v, want 400", bad, err)
 		}
 	}
 	open := func(r app.UIRequest) {
 		t.Helper()
-		if err := c.Do(ctx, http.MethodPost, "/ui/open", r, nil); err != nil {
+		if err := c.OpenUI(ctx, r); err != nil {
 			t.Fatalf("open %+v: %v", r, err)
 		}
 	}
@@ -67,24 +67,25 @@ func TestUIQueueRoutes(t *testing.T) {
 			t.Fatal("no ui change notice on GET /events")
 		}
 	}
-	var peek, take, after []app.UIRequest
-	if err := c.Do(ctx, http.MethodGet, "/ui/open", nil, &peek); err != nil {
+	peek, err := c.PendingUI(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(peek) != 2 || peek[0].Window != app.UIApprovals || peek[1] != (app.UIRequest{Window: app.UIPeer, Arg: "PEER1"}) {
 		t.Fatalf("peek = %+v", peek)
 	}
-	if err := c.Do(ctx, http.MethodPost, "/ui/take", nil, &take); err != nil || len(take) != 2 {
+	take, err := c.TakeUI(ctx)
+	if err != nil || len(take) != 2 {
 		t.Fatalf("take = %+v, %v", take, err)
 	}
-	if err := c.Do(ctx, http.MethodGet, "/ui/open", nil, &after); err != nil || len(after) != 0 {
+	if after, err := c.PendingUI(ctx); err != nil || len(after) != 0 {
 		t.Fatalf("after take: %+v, %v", after, err)
 	}
 	// Bounded: the oldest requests give way.
 	for i := range 40 {
 		open(app.UIRequest{Window: app.UIPeer, Arg: fmt.Sprintf("P%02d", i)})
 	}
-	if err := c.Do(ctx, http.MethodPost, "/ui/take", nil, &take); err != nil {
+	if take, err = c.TakeUI(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if len(take) != 16 || take[0].Arg != "P24" || take[15].Arg != "P39" {
@@ -92,7 +93,7 @@ func TestUIQueueRoutes(t *testing.T) {
 	}
 	// A peer that gave us no grant: 404, saying to pair.
 	var ae *app.APIError
-	if err := c.Do(ctx, http.MethodGet, "/ui/peers/AAAAAAA-BBBBBBB/manifest", nil, nil); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+	if err := func() error { _, err := c.PeerManifest(ctx, "AAAAAAA-BBBBBBB"); return err }(); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
 		t.Fatalf("manifest of an unpaired peer: %v, want 404", err)
 	}
 	// The queue is the local owner's: no token, no access.
