@@ -218,20 +218,6 @@ type ForwardView struct {
 	Status      *agent.ForwardStatus `json:"status,omitempty"`
 }
 
-// Agents lists the agents this device delegates to; refresh fetches every
-// card again first.
-func (n *Node) Agents(ctx context.Context, refresh bool) ([]agent.Agent, error) {
-	if refresh {
-		return n.deleg.agents.Refresh(ctx, "")
-	}
-	return n.deleg.agents.List(ctx), nil
-}
-
-// AddAgent adds an external agent by URL (its card is verified first).
-func (n *Node) AddAgent(ctx context.Context, req AgentRequest) (agent.Agent, error) {
-	return n.deleg.agents.Add(ctx, req.URL, req.Token)
-}
-
 // UpdateAgent enables, disables or refreshes an agent.
 func (n *Node) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (agent.Agent, error) {
 	switch u.Action {
@@ -247,15 +233,6 @@ func (n *Node) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (agent
 	return agent.Agent{}, badRequest(`action %q: want "enable", "disable" or "refresh"`, u.Action)
 }
 
-// RemoveAgent removes an external agent and its token.
-func (n *Node) RemoveAgent(id string) error { return n.deleg.agents.Remove(id) }
-
-// Outbound lists the delegated tasks, oldest first.
-func (n *Node) Outbound() []agent.OutboundTask { return n.deleg.out.List() }
-
-// OutboundTask returns one delegated task.
-func (n *Node) OutboundTask(id string) (agent.OutboundTask, error) { return n.deleg.out.Get(id) }
-
 // Delegate sends a delegation; see agent.Outbound.Delegate.
 func (n *Node) Delegate(ctx context.Context, req agent.DelegateRequest) (agent.OutboundTask, error) {
 	t, err := n.deleg.out.Delegate(ctx, req)
@@ -263,16 +240,6 @@ func (n *Node) Delegate(ctx context.Context, req agent.DelegateRequest) (agent.O
 		n.log.Info("delegated", "task", t.ID, "agent", t.Agent, "state", t.State)
 	}
 	return t, err
-}
-
-// AnswerOutbound answers a delegated task that asks for input.
-func (n *Node) AnswerOutbound(ctx context.Context, id string, in agent.MessageInput) (agent.OutboundTask, error) {
-	return n.deleg.out.Answer(ctx, id, in)
-}
-
-// CancelOutbound cancels a delegated task at its agent.
-func (n *Node) CancelOutbound(ctx context.Context, id string) (agent.OutboundTask, error) {
-	return n.deleg.out.Cancel(ctx, id)
 }
 
 // Forward reports the forward executor.
@@ -360,7 +327,13 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 	fail := func(w http.ResponseWriter, err error) { writeError(w, agentStatus(err), err) }
 
 	local("GET /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
-		as, err := n.Agents(r.Context(), r.URL.Query().Get("refresh") == "1")
+		var as []agent.Agent
+		var err error
+		if r.URL.Query().Get("refresh") == "1" {
+			as, err = n.deleg.agents.Refresh(r.Context(), "")
+		} else {
+			as = n.deleg.agents.List(r.Context())
+		}
 		if err != nil {
 			fail(w, err)
 			return
@@ -372,7 +345,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		if !readJSON(w, r, &req) {
 			return
 		}
-		a, err := n.AddAgent(r.Context(), req)
+		a, err := n.deleg.agents.Add(r.Context(), req.URL, req.Token)
 		if err != nil {
 			fail(w, err)
 			return
@@ -392,14 +365,14 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, a) // a refresh that failed returns the agent as now marked
 	})
 	local("DELETE /a2a/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.RemoveAgent(r.PathValue("id")); err != nil {
+		if err := n.deleg.agents.Remove(r.PathValue("id")); err != nil {
 			fail(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Outbound())
+		writeJSON(w, http.StatusOK, n.deleg.out.List())
 	})
 	local("POST /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
 		var req DelegateRequest
@@ -418,7 +391,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		n.serveWatch(w, r, t.ID)
 	})
 	local("GET /a2a/outbound/{id}", func(w http.ResponseWriter, r *http.Request) {
-		t, err := n.OutboundTask(r.PathValue("id"))
+		t, err := n.deleg.out.Get(r.PathValue("id"))
 		if err != nil {
 			fail(w, err)
 			return
@@ -434,7 +407,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		if !readJSONLimit(w, r, maxDelegateBody, &req) {
 			return
 		}
-		t, err := n.AnswerOutbound(r.Context(), r.PathValue("id"), req.MessageInput)
+		t, err := n.deleg.out.Answer(r.Context(), r.PathValue("id"), req.MessageInput)
 		if err != nil {
 			fail(w, err)
 			return
@@ -446,7 +419,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		n.serveWatch(w, r, t.ID)
 	})
 	local("POST /a2a/outbound/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		t, err := n.CancelOutbound(r.Context(), r.PathValue("id"))
+		t, err := n.deleg.out.Cancel(r.Context(), r.PathValue("id"))
 		if err != nil {
 			fail(w, err)
 			return
