@@ -1,5 +1,5 @@
 // Package apptest runs real meshtray nodes for tests: the test binary
-// re-executes itself as the meshtray command (app.Main), so a test drives the
+// re-executes itself as the meshtray command (cli.Run), so a test drives the
 // exact program a user runs — flags, config file, keychain, signals, exit
 // codes — without building a separate binary.
 //
