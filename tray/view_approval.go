@@ -13,6 +13,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/nodes"
+	"meshtray/pairing"
 )
 
 // approvalView is the approval popup: the pending approvals queue in one
@@ -229,7 +230,7 @@ func (v *approvalView) render() {
 		v.sas.SetText(groupSAS(a.SAS))
 		v.sasBox.Show()
 		if v.scopes.Selected == nil || v.scopesFor != a.ID {
-			v.scopes.SetSelected(scopeLabels(defaultScopes(a.Scopes)))
+			v.scopes.SetSelected(scopeLabels(pairing.DefaultPairingScopes(a.Scopes)))
 			v.scopesFor = a.ID
 		}
 		v.scopesBox.Show()

@@ -226,7 +226,7 @@ func (v *pairView) setClaim(a app.Approval) {
 	v.sas.Text = groupSAS(a.SAS)
 	v.sas.Color = theme.Color(theme.ColorNameForeground)
 	v.sas.Refresh()
-	v.scopes.SetSelected(scopeLabels(defaultScopes(a.Scopes)))
+	v.scopes.SetSelected(scopeLabels(pairing.DefaultPairingScopes(a.Scopes)))
 	v.approve.Enable()
 	v.deny.Enable()
 	v.show(v.claimBody)

@@ -176,22 +176,6 @@ func allScopeLabels() []string {
 	return out
 }
 
-// defaultScopes is what the pairing approval pre-selects: what the claimant
-// asked for, never full (that takes an explicit tick), at least agent —
-// the node's own default (app.defaultPairingScopes).
-func defaultScopes(requested pairing.Scopes) pairing.Scopes {
-	var out pairing.Scopes
-	for _, s := range requested {
-		if s == pairing.ScopeAgent || s == pairing.ScopeNode {
-			out = append(out, s)
-		}
-	}
-	if len(out) == 0 {
-		out = pairing.Scopes{pairing.ScopeAgent}
-	}
-	return out
-}
-
 // groupCode splits a pairing code for reading: "ABCD EFGH".
 func groupCode(code string) string {
 	if len(code) == 8 {
