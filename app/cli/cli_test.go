@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestRunInProcess: the command runs in-process on the writers it is
+// given, and its exit codes are the documented ones: 0 for version, 2 for
+// a usage error (checked before any node is dialed), 4 with a hint when no
+// node runs on the state dir.
+func TestRunInProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tests := []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"version"}, ExitOK, "meshtray ", ""},
+		{[]string{"a2a", "sideways"}, ExitUsage, "", `a2a "sideways": want on, off or status`},
+		{[]string{"grant", "create", "--name", "x", "--scope", "admin"}, ExitUsage, "", `scope "admin": want agent, node or full`},
+		{[]string{"grant", "set", "G", "--approval", "maybe"}, ExitUsage, "", "--approval ask|allow|deny is required"},
+		{[]string{"approve", "A", "--scopes", ","}, ExitUsage, "", "no scope given"},
+		{[]string{"status"}, ExitNotRunning, "", "start it with `meshtray`"},
+	}
+	for _, tc := range tests {
+		var out, errw bytes.Buffer
+		args := append(tc.args, "--state-dir", dir)
+		code := run(args, options{Stdout: &out, Stderr: &errw, Stdin: strings.NewReader("")})
+		if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errw.String(), tc.stderr) {
+			t.Errorf("meshtray %s: exit %d, stdout %q, stderr %q; want exit %d, %q, %q",
+				strings.Join(tc.args, " "), code, out.String(), errw.String(), tc.code, tc.stdout, tc.stderr)
+		}
+	}
+}
