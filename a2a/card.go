@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/a2aproject/a2a-go/a2a"
+	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
 
 	"meshtray/nodes"
 )
@@ -28,20 +29,55 @@ const (
 	SecuritySchemeName = "bearer"
 )
 
-// cardJSON is the card as served: a2a-go's AgentCard with capabilities
-// replaced by a type that always writes streaming and pushNotifications
-// (a2a-go omits false booleans; the issue and DESIGN.md want
-// "pushNotifications": false spelled out).
+// cardJSON is the union Agent Card as served: A2A 1.0's fields
+// (supportedInterfaces, securitySchemes in the named form,
+// securityRequirements; a2a-go v2's types) and 0.3's (protocolVersion,
+// url, preferredTransport, additionalInterfaces, security; a2a-go v0.3's
+// types), so clients of either version resolve it (A2A 1.0 §3.6.2: one
+// agent, several interfaces). Fields both versions share are written once.
+// Capabilities always spell out streaming and pushNotifications (a2a-go
+// omits false booleans).
 type cardJSON struct {
-	a2a.AgentCard
-	Capabilities cardCapabilities `json:"capabilities"`
+	Name                 string                            `json:"name"`
+	Description          string                            `json:"description"`
+	Version              string                            `json:"version"`
+	SupportedInterfaces  []*a2av1.AgentInterface           `json:"supportedInterfaces"`
+	Capabilities         cardCapabilities                  `json:"capabilities"`
+	SecuritySchemes      map[string]cardScheme             `json:"securitySchemes"`
+	SecurityRequirements a2av1.SecurityRequirementsOptions `json:"securityRequirements"`
+	DefaultInputModes    []string                          `json:"defaultInputModes"`
+	DefaultOutputModes   []string                          `json:"defaultOutputModes"`
+	Skills               []a2a.AgentSkill                  `json:"skills"`
+	// Signatures are JWS signatures over the card (A2A 1.0 §8.4); none
+	// yet.
+	Signatures []a2av1.AgentCardSignature `json:"signatures,omitempty"`
+
+	// A2A 0.3 only.
+	ProtocolVersion      string                     `json:"protocolVersion"`
+	URL                  string                     `json:"url"`
+	PreferredTransport   a2a.TransportProtocol      `json:"preferredTransport"`
+	AdditionalInterfaces []a2a.AgentInterface       `json:"additionalInterfaces,omitempty"`
+	Security             []a2a.SecurityRequirements `json:"security"`
 }
 
 type cardCapabilities struct {
 	Streaming              bool                 `json:"streaming"`
 	PushNotifications      bool                 `json:"pushNotifications"`
-	StateTransitionHistory bool                 `json:"stateTransitionHistory"`
+	StateTransitionHistory bool                 `json:"stateTransitionHistory"` // 0.3 only
+	ExtendedAgentCard      bool                 `json:"extendedAgentCard"`      // 1.0 only
 	Extensions             []a2a.AgentExtension `json:"extensions,omitempty"`
+}
+
+// cardScheme is one security scheme in both forms: 0.3's flat object
+// with its "type" discriminator (type, scheme, bearerFormat, description)
+// and 1.0's object wrapping it by kind (httpAuthSecurityScheme: {...}).
+// Each version's parser reads its own keys and ignores the other's.
+type cardScheme struct {
+	Type         string                        `json:"type"`
+	Scheme       string                        `json:"scheme"`
+	BearerFormat string                        `json:"bearerFormat,omitempty"`
+	Description  string                        `json:"description,omitempty"`
+	HTTPAuth     *a2av1.HTTPAuthSecurityScheme `json:"httpAuthSecurityScheme"`
 }
 
 // CardHandler serves GET /.well-known/agent-card.json: 404 while the card
@@ -50,11 +86,14 @@ type cardCapabilities struct {
 // (https when the request came over TLS, the Host header's host:port) +
 // RPCPath, so every listener hands out a URL that reaches it.
 //
-// Card fields (A2A 0.3.0 §5.5, a2a.json AgentCard): protocolVersion
-// "0.3.0", preferredTransport JSONRPC, name = the device name, description
-// with the OS environment, version = Options.Version, capabilities
-// {streaming: true, pushNotifications: false, extensions: [the node
-// manifest by URI]}, a bearer securitySchemes entry required by security,
+// Card fields (A2A 1.0 §5.3 AgentCard and 0.3.0 §5.5; see cardJSON):
+// supportedInterfaces, one JSONRPC interface per version ("1.0", "0.3")
+// at the same url; the 0.3 fields protocolVersion "0.3.0",
+// preferredTransport JSONRPC and url; name = the device name, description
+// with the OS environment and what happens to a caller's task,
+// version = Options.Version, capabilities {streaming: true,
+// pushNotifications: false, extensions: [the node manifest by URI]}, a
+// bearer scheme required by securityRequirements (1.0) and security (0.3),
 // default modes text/plain and application/json, one skill per available
 // capability of the manifest.
 func (s *Server) CardHandler() http.Handler {
@@ -76,8 +115,7 @@ func (s *Server) CardHandler() http.Handler {
 		if r.TLS != nil {
 			scheme = "https"
 		}
-		card := s.card(scheme + "://" + r.Host)
-		data, err := marshalJSON(card)
+		data, err := s.cardBytes(scheme + "://" + r.Host)
 		if err != nil {
 			s.log.Error("marshal agent card", "err", err)
 			http.Error(w, "internal error", http.StatusInternalServerError)
@@ -110,43 +148,62 @@ func validHost(h string) bool {
 	return true
 }
 
+// cardBytes is the card for base as written on the wire: the one place
+// the card's JSON is made (a signature over it belongs here).
+func (s *Server) cardBytes(base string) ([]byte, error) {
+	return marshalJSON(s.card(base))
+}
+
 // card builds the Agent Card for base (scheme://host:port, no trailing
-// slash), as CardHandler serves it.
+// slash), as CardHandler serves it: the one function that makes its value.
 func (s *Server) card(base string) cardJSON {
 	name := s.deviceName()
 	desc := fmt.Sprintf("meshtray node %q", name)
 	if s.opts.OSEnvironment != "" {
 		desc += " on " + s.opts.OSEnvironment
 	}
-	desc += ". Runs this device's capabilities for paired agents; every new task waits for the owner's approval."
+	desc += ". Runs this device's capabilities for the devices paired with it. " +
+		"A new task follows the approval policy the owner set for the calling grant: " +
+		"ask (the task stays submitted until the owner approves or denies it), " +
+		"allow (it runs at once) or deny (it ends rejected); " +
+		"a capability whose own policy is ask also waits for the owner while the task is working. " +
+		fmt.Sprintf("A task waiting for your input ends canceled after %s without an answer, or when more than %d of your tasks wait.",
+			s.opts.InterruptedTTL, s.opts.MaxParkedPerOwner)
 	version := s.opts.Version
 	if version == "" {
 		version = "dev"
 	}
+	url := base + RPCPath
 	modes := []string{"text/plain", "application/json"}
+	const (
+		scheme = "bearer"
+		format = "meshtray grant token"
+		about  = "A grant token with scope agent or full, issued by this device when it paired with yours."
+	)
 	card := cardJSON{
-		AgentCard: a2a.AgentCard{
-			ProtocolVersion:    string(a2a.Version),
-			Name:               name,
-			Description:        desc,
-			URL:                base + RPCPath,
-			PreferredTransport: a2a.TransportProtocolJSONRPC,
-			AdditionalInterfaces: []a2a.AgentInterface{
-				{URL: base + RPCPath, Transport: a2a.TransportProtocolJSONRPC},
-			},
-			Version:            version,
-			DefaultInputModes:  modes,
-			DefaultOutputModes: modes,
-			SecuritySchemes: a2a.NamedSecuritySchemes{
-				SecuritySchemeName: a2a.HTTPAuthSecurityScheme{
-					Scheme:       "bearer",
-					BearerFormat: "meshtray grant token",
-					Description:  "A grant token with scope agent or full, issued by this device when it paired with yours.",
-				},
-			},
-			Security: []a2a.SecurityRequirements{{SecuritySchemeName: a2a.SecuritySchemeScopes{}}},
-			Skills:   []a2a.AgentSkill{},
+		Name:        name,
+		Description: desc,
+		Version:     version,
+		SupportedInterfaces: []*a2av1.AgentInterface{
+			{URL: url, ProtocolBinding: a2av1.TransportProtocolJSONRPC, ProtocolVersion: Version10},
+			{URL: url, ProtocolBinding: a2av1.TransportProtocolJSONRPC, ProtocolVersion: Version03},
 		},
+		SecuritySchemes: map[string]cardScheme{
+			SecuritySchemeName: {
+				Type: "http", Scheme: scheme, BearerFormat: format, Description: about,
+				HTTPAuth: &a2av1.HTTPAuthSecurityScheme{Scheme: scheme, BearerFormat: format, Description: about},
+			},
+		},
+		SecurityRequirements: a2av1.SecurityRequirementsOptions{{SecuritySchemeName: a2av1.SecuritySchemeScopes{}}},
+		DefaultInputModes:    modes,
+		DefaultOutputModes:   modes,
+		Skills:               []a2a.AgentSkill{},
+
+		ProtocolVersion:      string(a2a.Version),
+		URL:                  url,
+		PreferredTransport:   a2a.TransportProtocolJSONRPC,
+		AdditionalInterfaces: []a2a.AgentInterface{{URL: url, Transport: a2a.TransportProtocolJSONRPC}},
+		Security:             []a2a.SecurityRequirements{{SecuritySchemeName: a2a.SecuritySchemeScopes{}}},
 		Capabilities: cardCapabilities{
 			Streaming: true,
 			Extensions: []a2a.AgentExtension{{

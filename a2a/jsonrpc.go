@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/a2a"
+	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/errordetails"
 )
 
 // JSON-RPC 2.0 method names of the A2A 0.3.0 JSON-RPC binding (A2A spec
@@ -42,6 +45,9 @@ const (
 	CodeUnsupportedOp     = -32004
 	CodeContentType       = -32005
 	CodeExtendedCard      = -32007
+	// CodeVersionNotSupported: the request's A2A-Version is not one this
+	// server speaks (A2A 1.0 §3.6.2, §9.5).
+	CodeVersionNotSupported = -32009
 	// CodeLiveTaskLimit: the caller's grant already has MaxLiveTasksPerOwner
 	// live tasks (ErrLiveTaskLimit).
 	CodeLiveTaskLimit = -32010
@@ -69,8 +75,16 @@ var (
 	ErrNoPrincipal = errors.New("a2a: no authenticated caller on the request")
 )
 
-// rpcError is a JSON-RPC 2.0 error object (§5.1). Data is always an object
-// when present: the a2a-go client fails to decode any other shape.
+// MaxIDBytes bounds the JSON text of a request's id. A longer id, or one
+// that is not valid UTF-8, is answered -32600 with a null id: the id is
+// echoed in the reply (and in every event of a stream), so it must be
+// small and valid JSON text.
+const MaxIDBytes = 256
+
+// rpcError is a JSON-RPC 2.0 error object (§5.1). Data, when present, is
+// written as an object over 0.3 (the a2a-go v0.3 client fails to decode any
+// other shape) and, over 1.0, as a google.protobuf.Struct entry of the data
+// array next to the google.rpc.ErrorInfo (A2A 1.0 §9.5).
 type rpcError struct {
 	Code    int            `json:"code"`
 	Message string         `json:"message"`
@@ -140,6 +154,7 @@ var nullID = json.RawMessage("null")
 //   - a batch (array), or not an object          -> -32600 (batches are not supported)
 //   - "jsonrpc" other than "2.0"                 -> -32600
 //   - "id" other than string, number or null     -> -32600
+//   - "id" over MaxIDBytes or not valid UTF-8    -> -32600, answered with id null
 //   - "method" missing, empty or not a string    -> -32600
 //   - "params" present but not an object         -> -32602
 //
@@ -173,20 +188,37 @@ func decodeRequest(body []byte) (*request, json.RawMessage, *rpcError) {
 	if err := json.Unmarshal(body, &env); err != nil {
 		return nil, nullID, newRPCError(CodeParseError, "parse error: %v", err)
 	}
+	var method string
+	methodOK := len(env.Method) > 0 && env.Method[0] == '"' && json.Unmarshal(env.Method, &method) == nil && method != ""
+	// An id refused for its size or encoding is answered with id null; the
+	// method, when readable, still says how (a streaming method's error is
+	// a stream).
+	var partial *request
+	if methodOK {
+		partial = &request{ID: nullID, Method: method}
+	}
 	id := nullID
+	if len(env.ID) > MaxIDBytes {
+		return partial, nullID, newRPCError(CodeInvalidRequest, "invalid request: id longer than %d bytes", MaxIDBytes)
+	}
+	if !utf8.Valid(env.ID) {
+		return partial, nullID, newRPCError(CodeInvalidRequest, "invalid request: id is not valid UTF-8")
+	}
 	if len(env.ID) > 0 {
 		switch env.ID[0] {
 		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 			id = env.ID
 		default:
-			return nil, nullID, newRPCError(CodeInvalidRequest, "invalid request: id must be a string, a number or null")
+			return partial, nullID, newRPCError(CodeInvalidRequest, "invalid request: id must be a string, a number or null")
 		}
 	}
 	if string(env.JSONRPC) != `"2.0"` {
-		return nil, id, newRPCError(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
+		if partial != nil {
+			partial.ID = id
+		}
+		return partial, id, newRPCError(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
 	}
-	var method string
-	if len(env.Method) == 0 || env.Method[0] != '"' || json.Unmarshal(env.Method, &method) != nil || method == "" {
+	if !methodOK {
 		return nil, id, newRPCError(CodeInvalidRequest, `invalid request: "method" must be a non-empty string`)
 	}
 	note := len(env.ID) == 0
@@ -212,39 +244,121 @@ func decodeParams(params json.RawMessage, v any) error {
 }
 
 // appendResponse appends one JSON-RPC response object to dst, with either
-// result (already JSON) or e.
-func appendResponse(dst []byte, id json.RawMessage, result []byte, e *rpcError) []byte {
+// result (already JSON) or e, e written in ver's form (appendError).
+func appendResponse(dst []byte, ver protoVersion, id json.RawMessage, result []byte, e *rpcError) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = append(dst, id...)
 	if e != nil {
-		dst = append(dst, `,"error":{"code":`...)
-		dst = strconv.AppendInt(dst, int64(e.Code), 10)
-		dst = append(dst, `,"message":`...)
-		msg, _ := marshalJSON(e.Message)
-		dst = append(dst, msg...)
-		if len(e.Data) > 0 {
-			if data, err := marshalJSON(e.Data); err == nil {
-				dst = append(dst, `,"data":`...)
-				dst = append(dst, data...)
-			}
-		}
-		dst = append(dst, "}}"...)
-		return dst
+		dst = append(dst, `,"error":`...)
+		dst = appendError(dst, ver, e)
+		return append(dst, '}')
 	}
 	dst = append(dst, `,"result":`...)
 	dst = append(dst, result...)
 	return append(dst, '}')
 }
 
+// appendError appends the error object e. Over 0.3 its data is e.Data as
+// an object; over 1.0 it is an array (A2A 1.0 §9.5): a
+// google.rpc.ErrorInfo with the error's reason (errorReason) and domain,
+// then e.Data as a google.protobuf.Struct when there is any.
+func appendError(dst []byte, ver protoVersion, e *rpcError) []byte {
+	dst = append(dst, `{"code":`...)
+	dst = strconv.AppendInt(dst, int64(e.Code), 10)
+	dst = append(dst, `,"message":`...)
+	msg, _ := marshalJSON(e.Message)
+	dst = append(dst, msg...)
+	var data any
+	switch {
+	case ver == v10:
+		reason, domain := errorReason(e.Code)
+		details := []*errordetails.Typed{errordetails.NewErrorInfo(reason, domain, nil)}
+		if len(e.Data) > 0 {
+			details = append(details, errordetails.NewFromStruct(e.Data))
+		}
+		data = details
+	case len(e.Data) > 0:
+		data = e.Data
+	}
+	if data != nil {
+		if b, err := marshalJSON(data); err == nil {
+			dst = append(dst, `,"data":`...)
+			dst = append(dst, b...)
+		}
+	}
+	return append(dst, '}')
+}
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of meshtray's own codes
+// (-32010..-32012); the spec's codes use a2a-go's ProtocolDomain,
+// "a2a-protocol.org" (A2A 1.0 §9.5).
+const ErrorDomain = "meshtray"
+
+// v1Sentinels maps the spec's JSON-RPC codes to a2a-go v2's sentinels,
+// whose ErrorReason is the ErrorInfo reason (TASK_NOT_FOUND, ...).
+var v1Sentinels = map[int]error{
+	CodeParseError:          a2av1.ErrParseError,
+	CodeInvalidRequest:      a2av1.ErrInvalidRequest,
+	CodeMethodNotFound:      a2av1.ErrMethodNotFound,
+	CodeInvalidParams:       a2av1.ErrInvalidParams,
+	CodeInternalError:       a2av1.ErrInternalError,
+	CodeTaskNotFound:        a2av1.ErrTaskNotFound,
+	CodeTaskNotCancelable:   a2av1.ErrTaskNotCancelable,
+	CodePushNotSupported:    a2av1.ErrPushNotificationNotSupported,
+	CodeUnsupportedOp:       a2av1.ErrUnsupportedOperation,
+	CodeContentType:         a2av1.ErrUnsupportedContentType,
+	CodeExtendedCard:        a2av1.ErrExtendedCardNotConfigured,
+	CodeVersionNotSupported: a2av1.ErrVersionNotSupported,
+}
+
+// errorReason returns the ErrorInfo reason and domain of code.
+func errorReason(code int) (reason, domain string) {
+	if err, ok := v1Sentinels[code]; ok {
+		return a2av1.ErrorReason(err), a2av1.ProtocolDomain
+	}
+	switch code {
+	case CodeLiveTaskLimit:
+		return "LIVE_TASK_LIMIT", ErrorDomain
+	case CodeStoreFull:
+		return "TASK_STORE_FULL", ErrorDomain
+	case CodeUnavailable:
+		return "UNAVAILABLE", ErrorDomain
+	}
+	return "INTERNAL_ERROR", a2av1.ProtocolDomain
+}
+
 // writeJSON writes one non-streaming JSON-RPC response: always HTTP 200
 // (errors included, per the A2A JSON-RPC binding) with Content-Type
 // application/json.
-func writeJSON(w http.ResponseWriter, id json.RawMessage, result []byte, e *rpcError) {
-	buf := appendResponse(make([]byte, 0, len(result)+64), id, result, e)
+func writeJSON(w http.ResponseWriter, ver protoVersion, id json.RawMessage, result []byte, e *rpcError) {
+	buf := appendResponse(make([]byte, 0, len(result)+64), ver, id, result, e)
 	buf = append(buf, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(buf)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf)
+}
+
+// writeStreamError answers a streaming method's error as its stream: HTTP
+// 200, text/event-stream, one event whose data is the JSON-RPC error
+// response, then the end of the stream (A2A 0.3 §7.2, 1.0 §9.4: the
+// response to a streaming method is an SSE stream of JSON-RPC responses).
+func writeStreamError(w http.ResponseWriter, ver protoVersion, id json.RawMessage, e *rpcError) {
+	buf := append(make([]byte, 0, 256), "data: "...)
+	buf = appendResponse(buf, ver, id, nil, e)
+	buf = append(buf, "\n\n"...)
+	setStreamHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf)
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// setStreamHeaders sets the headers of an SSE response.
+func setStreamHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
 }

@@ -12,8 +12,9 @@ import (
 const sendParams = `{"message":{"kind":"message","messageId":"m1","role":"user","parts":[{"kind":"text","text":"echo hi"}]}}`
 
 // TestMalformedRequests posts raw bodies over a real loopback connection:
-// every JSON-RPC error is HTTP 200 with Content-Type application/json, the
-// right code, and the request's id when it could be read (null otherwise).
+// every JSON-RPC error is HTTP 200 with Content-Type application/json (an
+// SSE stream of one event for a streaming method), the right code, and the
+// request's id when it could be read (null otherwise).
 func TestMalformedRequests(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t, Options{MaxBodyBytes: 4096})
@@ -50,6 +51,12 @@ func TestMalformedRequests(t *testing.T) {
 		{"send, agent role", `{"jsonrpc":"2.0","id":5,"method":"message/send","params":{"message":{"messageId":"m","role":"agent","parts":[{"kind":"text","text":"x"}]}}}`, CodeInvalidParams, "5"},
 		{"send, no messageId", `{"jsonrpc":"2.0","id":5,"method":"message/send","params":{"message":{"role":"user","parts":[{"kind":"text","text":"x"}]}}}`, CodeInvalidParams, "5"},
 		{"stream without message", `{"jsonrpc":"2.0","id":6,"method":"message/stream","params":{}}`, CodeInvalidParams, "6"},
+		{"resubscribe to an unknown task", `{"jsonrpc":"2.0","id":6,"method":"tasks/resubscribe","params":{"id":"nope"}}`, CodeTaskNotFound, "6"},
+		{"resubscribe without id", `{"jsonrpc":"2.0","id":6,"method":"tasks/resubscribe","params":{}}`, CodeInvalidParams, "6"},
+		{"id of 257 bytes", `{"jsonrpc":"2.0","id":"` + strings.Repeat("i", 255) + `","method":"tasks/get","params":{"id":"x"}}`, CodeInvalidRequest, "null"},
+		{"id of 256 bytes kept", `{"jsonrpc":"2.0","id":"` + strings.Repeat("i", 254) + `","method":"tasks/get","params":{"id":"x"}}`, CodeTaskNotFound, `"` + strings.Repeat("i", 254) + `"`},
+		{"id not UTF-8", "{\"jsonrpc\":\"2.0\",\"id\":\"\xff\xfe\",\"method\":\"tasks/get\",\"params\":{\"id\":\"x\"}}", CodeInvalidRequest, "null"},
+		{"stream, id over the bound", `{"jsonrpc":"2.0","id":"` + strings.Repeat("i", 3000) + `","method":"message/stream","params":` + sendParams + `}`, CodeInvalidRequest, "null"},
 		{"cancel without id", `{"jsonrpc":"2.0","id":6,"method":"tasks/cancel"}`, CodeInvalidParams, "6"},
 		{"unknown task", `{"jsonrpc":"2.0","id":"u","method":"tasks/get","params":{"id":"nope"}}`, CodeTaskNotFound, `"u"`},
 		{"push config get", `{"jsonrpc":"2.0","id":7,"method":"tasks/pushNotificationConfig/get","params":{"id":"x"}}`, CodePushNotSupported, "7"},
@@ -62,6 +69,16 @@ func TestMalformedRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			raw := rawHTTP(t, env, tokA, tc.body)
+			if !utf8.Valid(raw) {
+				t.Fatalf("answer is not UTF-8: %q", raw)
+			}
+			if stream := strings.Contains(tc.body, `"message/stream"`) || strings.Contains(tc.body, `"tasks/resubscribe"`); stream {
+				evs := sseEvents(t, raw)
+				if len(evs) != 1 {
+					t.Fatalf("streaming method's error: %d events in %q", len(evs), raw)
+				}
+				raw = evs[0]
+			}
 			var resp struct {
 				JSONRPC string          `json:"jsonrpc"`
 				ID      json.RawMessage `json:"id"`
@@ -201,12 +218,18 @@ func FuzzDecodeRequest(f *testing.F) {
 		if len(req.Params) > 0 && req.Params[0] != '{' {
 			t.Fatalf("accepted params %s", req.Params)
 		}
-		// The response built for it is one valid JSON object.
-		if out := appendResponse(nil, req.ID, []byte(`{}`), nil); !json.Valid(out) {
-			t.Fatalf("response %s is not JSON", out)
+		// The responses built for it, in either version, are one valid JSON
+		// object each, in valid UTF-8.
+		for _, ver := range []protoVersion{v03, v10} {
+			if out := appendResponse(nil, ver, req.ID, []byte(`{}`), nil); !json.Valid(out) || !utf8.Valid(out) {
+				t.Fatalf("response %q is not JSON", out)
+			}
+			if out := appendResponse(nil, ver, req.ID, nil, newRPCError(CodeMethodNotFound, "method not found: %q", truncate(req.Method, 64))); !json.Valid(out) || !utf8.Valid(out) {
+				t.Fatalf("error response %q is not JSON", out)
+			}
 		}
-		if out := appendResponse(nil, req.ID, nil, newRPCError(CodeMethodNotFound, "method not found: %q", truncate(req.Method, 64))); !json.Valid(out) {
-			t.Fatalf("error response %s is not JSON", out)
+		if len(id) > MaxIDBytes {
+			t.Fatalf("accepted an id of %d bytes", len(id))
 		}
 	})
 }

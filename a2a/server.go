@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 
 	"meshtray/nodes"
 	"meshtray/pairing"
@@ -24,6 +27,7 @@ import (
 const (
 	DefaultMaxTasks             = 512
 	DefaultMaxLiveTasksPerOwner = 16
+	DefaultMaxParkedPerOwner    = 16
 	DefaultMaxBodyBytes         = 1 << 20  // 1 MiB per request
 	DefaultMaxStoredBytes       = 64 << 20 // caller messages kept in the store
 	DefaultMaxTurns             = 32
@@ -63,9 +67,17 @@ type Options struct {
 	// terminal task; when every stored task is live it is refused with
 	// CodeStoreFull. A live task is never evicted.
 	MaxTasks int
-	// MaxLiveTasksPerOwner bounds the live tasks of one owner (default 16);
-	// more are refused with CodeLiveTaskLimit.
+	// MaxLiveTasksPerOwner bounds the running tasks of one owner: live
+	// tasks not waiting for their caller (default 16). More are refused
+	// with CodeLiveTaskLimit, and so is the answer that would resume a
+	// parked task while the owner is at the bound.
 	MaxLiveTasksPerOwner int
+	// MaxParkedPerOwner bounds, apart from the running ones, the tasks of
+	// one owner that wait for their caller (input-required,
+	// auth-required; default 16). When one more would wait, the oldest
+	// waiting one ends canceled, its status message saying why: a caller
+	// that leaves questions unanswered never locks its own grant out.
+	MaxParkedPerOwner int
 	// MaxBodyBytes bounds one request body (default 1 MiB); a larger body
 	// is answered -32600.
 	MaxBodyBytes int64
@@ -95,7 +107,7 @@ type Options struct {
 	// InterruptedTTL is how long a task may wait for its caller
 	// (input-required, auth-required) before it ends canceled with "no
 	// answer within <TTL>" (default 10 min): a waiting task holds one of
-	// its owner's MaxLiveTasksPerOwner slots.
+	// its owner's MaxParkedPerOwner slots.
 	InterruptedTTL time.Duration
 	// RequirePublished makes the JSON-RPC endpoint follow the publish
 	// switch (SetPublished), like the Agent Card: while unpublished,
@@ -131,7 +143,8 @@ type Server struct {
 	terminal    []*task // terminal tasks, oldest first, from terminalHead
 	termHead    int
 	live        int
-	liveByOwner map[string]int
+	liveByOwner map[string]int     // live tasks not parked, per owner
+	parked      map[string][]*task // parked tasks per owner, oldest first
 	bytes       int64
 	closed      bool
 	inflight    int           // requests and turns running
@@ -158,6 +171,7 @@ func NewServer(opts Options) *Server {
 	}
 	def(&opts.MaxTasks, DefaultMaxTasks)
 	def(&opts.MaxLiveTasksPerOwner, DefaultMaxLiveTasksPerOwner)
+	def(&opts.MaxParkedPerOwner, DefaultMaxParkedPerOwner)
 	def(&opts.MaxTurns, DefaultMaxTurns)
 	def(&opts.MaxSubscribers, DefaultMaxSubscribers)
 	def(&opts.MaxArtifacts, DefaultMaxArtifacts)
@@ -191,6 +205,7 @@ func NewServer(opts Options) *Server {
 		log:         log,
 		tasks:       make(map[a2a.TaskID]*task),
 		liveByOwner: make(map[string]int),
+		parked:      make(map[string][]*task),
 		idle:        make(chan struct{}),
 		shutdown:    make(chan struct{}),
 	}
@@ -434,13 +449,86 @@ func (s *Server) retire(t *task) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.live--
-	if n := s.liveByOwner[t.owner] - 1; n > 0 {
-		s.liveByOwner[t.owner] = n
+	if t.parked {
+		s.unparkLocked(t)
 	} else {
-		delete(s.liveByOwner, t.owner)
+		s.dropRunningLocked(t.owner)
 	}
 	if _, stored := s.tasks[t.id]; stored {
 		s.terminal = append(s.terminal, t)
+	}
+}
+
+// dropRunningLocked takes one task off owner's running count.
+func (s *Server) dropRunningLocked(owner string) {
+	if n := s.liveByOwner[owner] - 1; n > 0 {
+		s.liveByOwner[owner] = n
+	} else {
+		delete(s.liveByOwner, owner)
+	}
+}
+
+// parkLocked moves t, which now waits for its caller with no turn
+// running, from its owner's running count to the parked list. The caller
+// holds t.mu.
+func (s *Server) parkLocked(t *task) {
+	s.dropRunningLocked(t.owner)
+	t.parked = true
+	s.parked[t.owner] = append(s.parked[t.owner], t)
+}
+
+// unparkLocked takes t off its owner's parked list. The caller holds t.mu.
+func (s *Server) unparkLocked(t *task) {
+	t.parked = false
+	list := s.parked[t.owner]
+	if i := slices.Index(list, t); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(s.parked, t.owner)
+	} else {
+		s.parked[t.owner] = list
+	}
+}
+
+// trimParked ends the oldest parked tasks of owner while there are more
+// than MaxParkedPerOwner: canceled, with a status message saying why. A
+// task answered meanwhile has left the list (resume unparks it under the
+// same locks that change its state), so the loop always progresses.
+func (s *Server) trimParked(owner string) {
+	for {
+		s.mu.Lock()
+		list := s.parked[owner]
+		if len(list) <= s.opts.MaxParkedPerOwner {
+			s.mu.Unlock()
+			return
+		}
+		victim := list[0]
+		s.mu.Unlock()
+
+		victim.mu.Lock()
+		changed := false
+		if interrupted(victim.status.State) && victim.cancel == nil {
+			msg := fmt.Sprintf("canceled to make room: more than %d tasks of this caller were waiting for an answer, and this was the oldest", s.opts.MaxParkedPerOwner)
+			changed = victim.setStatusLocked(a2a.TaskStateCanceled, agentMessage(msg), s.now())
+			if changed {
+				s.retire(victim)
+			}
+		}
+		victim.mu.Unlock()
+		if !changed {
+			s.mu.Lock()
+			stuck := len(s.parked[owner]) > 0 && s.parked[owner][0] == victim
+			s.mu.Unlock()
+			if stuck {
+				s.log.Error("parked task neither waiting nor removable", "task", victim.id)
+				return
+			}
+			continue
+		}
+		if changed {
+			s.log.Info("oldest task waiting for its caller canceled to make room", "task", victim.id, "owner", owner, "bound", s.opts.MaxParkedPerOwner)
+		}
 	}
 }
 
@@ -492,16 +580,21 @@ func (s *Server) lookup(owner string, id a2a.TaskID) (*task, error) {
 	return t, nil
 }
 
-// ServeHTTP serves the A2A JSON-RPC binding at POST /a2a/v1. The caller
-// must have been authenticated by the auth middleware
-// (pairing.PrincipalFrom); without one the request fails -32603.
+// ServeHTTP serves both A2A JSON-RPC bindings at POST /a2a/v1: 0.3 (the
+// default) and 1.0, chosen per request by the A2A-Version header or query
+// parameter (A2A 1.0 §3.6; requestVersion); any other version is answered
+// -32009 naming the supported ones. The caller must have been
+// authenticated by the auth middleware (pairing.PrincipalFrom); without
+// one the request fails -32603.
 //
 // Non-streaming answers, errors included, are HTTP 200 with Content-Type
-// application/json. message/stream and tasks/resubscribe answer
+// application/json. The streaming methods (message/stream,
+// tasks/resubscribe, SendStreamingMessage, SubscribeToTask) answer
 // text/event-stream: one "data: <JSON-RPC response>" line per event, the
-// Task first, closed after the event with final:true (A2A spec §7.2, §9.3).
-// With Options.RequirePublished, every request is answered a plain 404
-// while unpublished.
+// Task first, closed after the event that ends it (A2A 0.3 §7.2, 1.0
+// §9.4); their errors are such a stream too, of one event. With
+// Options.RequirePublished, every request is answered a plain 404 while
+// unpublished.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.unpublished() {
 		http.NotFound(w, r)
@@ -512,14 +605,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
+	ver, asked, known := requestVersion(r)
+	c := &call{w: w, r: r, id: nullID, ver: ver, hint: wantsStream(r)}
 	p, ok := pairing.PrincipalFrom(r.Context())
 	if !ok || p == nil {
 		s.log.Error("a2a request without a principal: the auth middleware is missing")
-		writeJSON(w, nullID, nil, rpcErrorFrom(ErrNoPrincipal))
+		c.fail(ErrNoPrincipal)
 		return
 	}
+	c.p = p
 	if !s.enter() {
-		writeJSON(w, nullID, nil, rpcErrorFrom(fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)))
+		c.fail(fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown))
 		return
 	}
 	defer s.leave()
@@ -528,14 +624,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeJSON(w, nullID, nil, &rpcError{
+			c.fail(&rpcError{
 				Code:    CodeInvalidRequest,
 				Message: fmt.Sprintf("invalid request: the body exceeds %d bytes", mbe.Limit),
 				Data:    map[string]any{"limit": mbe.Limit},
 			})
 			return
 		}
-		writeJSON(w, nullID, nil, newRPCError(CodeParseError, "parse error: reading the body failed"))
+		c.fail(newRPCError(CodeParseError, "parse error: reading the body failed"))
 		return
 	}
 	req, id, rerr := decodeRequest(body)
@@ -551,8 +647,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	c.id = id
+	if req != nil {
+		c.method, c.params, c.size = req.Method, req.Params, len(body)
+	}
+	if !known {
+		if c.method != "" && v03Method(c.method) {
+			c.ver = v03
+		} else {
+			c.ver = v10
+		}
+		c.fail(&rpcError{
+			Code: CodeVersionNotSupported,
+			Message: fmt.Sprintf("A2A version %q is not supported: this agent speaks %s (send %s: %s, or no %s for %s)",
+				truncate(asked, 32), strings.Join(SupportedVersions, " and "), VersionHeader, Version10, VersionHeader, Version03),
+			Data: map[string]any{"supportedVersions": SupportedVersions},
+		})
+		return
+	}
 	if rerr != nil {
-		writeJSON(w, id, nil, rerr)
+		c.fail(rerr)
 		return
 	}
 	defer func() {
@@ -561,28 +675,97 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(v)
 			}
 			s.log.Error("a2a handler panic", "method", req.Method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			writeJSON(w, id, nil, rpcErrorFrom(errors.New("panic")))
+			c.fail(errors.New("panic"))
 		}
 	}()
-
-	switch req.Method {
-	case MethodMessageSend:
-		s.onSend(w, r.Context(), p, req, len(body))
-	case MethodMessageStream:
-		s.onStream(w, r, p, req, len(body))
-	case MethodTasksGet:
-		s.onGet(w, p, req)
-	case MethodTasksCancel:
-		s.onCancel(w, p, req)
-	case MethodTasksResubscribe:
-		s.onResubscribe(w, r, p, req)
-	case MethodPushConfigSet, MethodPushConfigGet, MethodPushConfigList, MethodPushConfigDelete:
-		writeJSON(w, id, nil, newRPCError(CodePushNotSupported, "push notifications are not supported: use message/stream or tasks/get"))
-	case MethodExtendedAgentCard:
-		writeJSON(w, id, nil, newRPCError(CodeExtendedCard, "no authenticated extended card: the public card is complete"))
-	default:
-		writeJSON(w, id, nil, newRPCError(CodeMethodNotFound, "method not found: %q", truncate(req.Method, 64)))
+	if c.ver == v10 {
+		s.dispatchV1(c)
+		return
 	}
+
+	switch c.method {
+	case MethodMessageSend:
+		s.onSend(c)
+	case MethodMessageStream:
+		s.onStream(c)
+	case MethodTasksGet:
+		s.onGet(c)
+	case MethodTasksCancel:
+		s.onCancel(c)
+	case MethodTasksResubscribe:
+		s.onResubscribe(c)
+	case MethodPushConfigSet, MethodPushConfigGet, MethodPushConfigList, MethodPushConfigDelete:
+		c.fail(newRPCError(CodePushNotSupported, "push notifications are not supported: use message/stream or tasks/get"))
+	case MethodExtendedAgentCard:
+		c.fail(newRPCError(CodeExtendedCard, "no authenticated extended card: the public card is complete"))
+	default:
+		if !v03Method(c.method) {
+			c.fail(newRPCError(CodeMethodNotFound, "method not found: %q is not an A2A 0.3 method; for A2A 1.0 send the header %s: %s", truncate(c.method, 64), VersionHeader, Version10))
+			return
+		}
+		c.fail(newRPCError(CodeMethodNotFound, "method not found: %q", truncate(c.method, 64)))
+	}
+}
+
+// dispatchV1 serves one A2A 1.0 request (A2A 1.0 §9.4).
+func (s *Server) dispatchV1(c *call) {
+	switch c.method {
+	case MethodSendMessage:
+		s.onSend(c)
+	case MethodSendStreamingMessage:
+		s.onStream(c)
+	case MethodGetTask:
+		s.onGet(c)
+	case MethodListTasks:
+		s.onList(c)
+	case MethodCancelTask:
+		s.onCancel(c)
+	case MethodSubscribeToTask:
+		s.onResubscribe(c)
+	case MethodCreatePushConfig, MethodGetPushConfig, MethodListPushConfigs, MethodDeletePushConfig:
+		c.fail(newRPCError(CodePushNotSupported, "push notifications are not supported: use SendStreamingMessage or GetTask"))
+	case MethodGetExtendedCard:
+		c.fail(newRPCError(CodeExtendedCard, "no extended agent card: the public card is complete"))
+	default:
+		if v03Method(c.method) {
+			c.fail(newRPCError(CodeMethodNotFound, "method not found: %q is an A2A 0.3 method, served without the %s header", truncate(c.method, 64), VersionHeader))
+			return
+		}
+		c.fail(newRPCError(CodeMethodNotFound, "method not found: %q", truncate(c.method, 64)))
+	}
+}
+
+// call is one JSON-RPC request being answered.
+type call struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	p      *pairing.Principal
+	id     json.RawMessage
+	ver    protoVersion
+	method string // "" while the envelope is not decoded
+	params json.RawMessage
+	size   int  // the body's bytes
+	hint   bool // Accept: text/event-stream, for errors before the method is known
+}
+
+// streaming reports whether the answer is an SSE stream.
+func (c *call) streaming() bool {
+	if c.method == "" {
+		return c.hint
+	}
+	return streamingMethod(c.method)
+}
+
+// fail answers err as a JSON-RPC error (rpcErrorFrom) in the call's
+// version: a JSON response, or for a streaming method an SSE stream of one
+// event.
+func (c *call) fail(err error) {
+	e := rpcErrorFrom(err)
+	if c.streaming() {
+		writeStreamError(c.w, c.ver, c.id, e)
+		return
+	}
+	writeJSON(c.w, c.ver, c.id, nil, e)
 }
 
 // readBody reads the whole body, at most limit bytes.
@@ -609,12 +792,19 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 }
 
-// sendParams decodes and checks message/send and message/stream params.
+// decodeSendParams decodes and checks message/send and message/stream
+// params (checkSendParams).
 func decodeSendParams(raw json.RawMessage) (*a2a.MessageSendParams, int, error) {
 	var p a2a.MessageSendParams
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, 0, err
 	}
+	return checkSendParams(&p)
+}
+
+// checkSendParams checks send params of either version (in the engine's
+// form) and returns them with their historyLength (-1 when unset).
+func checkSendParams(p *a2a.MessageSendParams) (*a2a.MessageSendParams, int, error) {
 	m := p.Message
 	switch {
 	case m == nil:
@@ -637,17 +827,19 @@ func decodeSendParams(raw json.RawMessage) (*a2a.MessageSendParams, int, error) 
 			return nil, 0, newRPCError(CodeInvalidParams, "invalid params: historyLength must be >= 0")
 		}
 	}
-	return &p, hl, nil
+	return p, hl, nil
 }
 
 // begin creates a task (no taskId) or resumes an input-required one, and
 // starts its turn. With stream it also subscribes and returns the Task
 // snapshot taken at subscription, atomically, so no event is missed.
-func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size int, stream bool) (*task, *subscriber, *a2a.Task, error) {
+//
+// ver is the form the subscription reads events in.
+func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size int, stream bool, ver protoVersion) (*task, *subscriber, *a2a.Task, error) {
 	msg := params.Message
 	owner := p.Owner()
 	if msg.TaskID != "" {
-		return s.resume(p, params, size, stream)
+		return s.resume(p, params, size, stream, ver)
 	}
 
 	now := s.now()
@@ -683,7 +875,7 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 	var sub *subscriber
 	var snap *a2a.Task
 	if stream {
-		sub = t.subscribeLocked()
+		sub = t.subscribeLocked(ver)
 		snap = t.snapshotLocked(historyLen(params))
 	}
 
@@ -725,14 +917,14 @@ func (s *Server) admitLocked(owner string, t *task) error {
 		return err
 	}
 	if n := s.liveByOwner[owner]; n >= s.opts.MaxLiveTasksPerOwner {
-		return fmt.Errorf("%w: %d live tasks (the limit); wait for one to end or cancel one", ErrLiveTaskLimit, n)
+		return fmt.Errorf("%w: %d running tasks (the limit); wait for one to end or cancel one", ErrLiveTaskLimit, n)
 	}
 	return s.reserveLocked(true, t.bytes)
 }
 
 // resume starts the next turn of an input-required task of p's owner.
 // It is not approved again: the owner approved the task.
-func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, size int, stream bool) (*task, *subscriber, *a2a.Task, error) {
+func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, size int, stream bool, ver protoVersion) (*task, *subscriber, *a2a.Task, error) {
 	msg := params.Message
 	t, err := s.lookup(p.Owner(), msg.TaskID)
 	if err != nil {
@@ -764,6 +956,11 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 		t.mu.Unlock()
 		return nil, nil, nil, err
 	}
+	if n := s.liveByOwner[t.owner]; t.parked && n >= s.opts.MaxLiveTasksPerOwner {
+		s.mu.Unlock()
+		t.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: %d running tasks (the limit); wait for one to end or cancel one, then answer again", ErrLiveTaskLimit, n)
+	}
 	if err := s.reserveLocked(false, int64(size)); err != nil {
 		s.mu.Unlock()
 		t.mu.Unlock()
@@ -771,6 +968,10 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 	}
 	s.inflight++
 	t.bytes += int64(size)
+	if t.parked {
+		s.unparkLocked(t)
+		s.liveByOwner[t.owner]++
+	}
 	s.mu.Unlock()
 
 	t.turns++
@@ -785,7 +986,7 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 	var sub *subscriber
 	var snap *a2a.Task
 	if stream {
-		sub = t.subscribeLocked()
+		sub = t.subscribeLocked(ver)
 		snap = t.snapshotLocked(historyLen(params))
 	}
 	t.mu.Unlock()
@@ -895,14 +1096,21 @@ func (s *Server) endTurn(ctx context.Context, t *task, ex *Execution, state a2a.
 	t.cancel = nil
 	close(t.done)
 	t.done = nil
-	if changed && interrupted(state) {
+	parked := changed && interrupted(state)
+	if parked {
 		turn := t.turns
 		t.expiry = time.AfterFunc(s.opts.InterruptedTTL, func() { s.expire(t, turn) })
+		s.mu.Lock()
+		s.parkLocked(t)
+		s.mu.Unlock()
 	}
 	if changed && state.Terminal() {
 		s.retire(t)
 	}
 	t.mu.Unlock()
+	if parked {
+		s.trimParked(t.owner)
+	}
 }
 
 // expire ends a task that has waited for its caller since turn for
@@ -944,28 +1152,72 @@ func (s *Server) execute(ctx context.Context, ex *Execution) (err error) {
 	return s.opts.Executor.Execute(ctx, ex)
 }
 
-func (s *Server) onSend(w http.ResponseWriter, ctx context.Context, p *pairing.Principal, req *request, size int) {
-	params, hl, err := decodeSendParams(req.Params)
+// decodeSend decodes send params in the call's version.
+func decodeSend(c *call) (*a2a.MessageSendParams, int, error) {
+	if c.ver == v10 {
+		return decodeSendParamsV1(c.params)
+	}
+	return decodeSendParams(c.params)
+}
+
+// decodeTaskID decodes tasks/cancel, tasks/resubscribe, CancelTask and
+// SubscribeToTask params, and requires the id.
+func decodeTaskID(c *call) (*a2a.TaskIDParams, error) {
+	var q *a2a.TaskIDParams
+	if c.ver == v10 {
+		var err error
+		if q, err = decodeTaskIDV1(c.params); err != nil {
+			return nil, err
+		}
+	} else {
+		q = new(a2a.TaskIDParams)
+		if err := decodeParams(c.params, q); err != nil {
+			return nil, err
+		}
+	}
+	if q.ID == "" {
+		return nil, newRPCError(CodeInvalidParams, "invalid params: id is required")
+	}
+	return q, nil
+}
+
+// reply writes a method's result in the call's version (marshalResult).
+func (s *Server) reply(c *call, ev a2a.Event, wrap bool) {
+	data, err := marshalResult(c.ver, ev, wrap)
 	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		s.log.Error("marshal result", "err", err)
+		c.fail(err)
 		return
 	}
-	t, _, _, err := s.begin(p, params, size, false)
+	writeJSON(c.w, c.ver, c.id, data, nil)
+}
+
+// onSend serves message/send and SendMessage. Over 1.0 the Task comes in
+// a SendMessageResponse ({"task": ...}).
+func (s *Server) onSend(c *call) {
+	params, hl, err := decodeSend(c)
 	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		c.fail(err)
+		return
+	}
+	t, _, _, err := s.begin(c.p, params, c.size, false, c.ver)
+	if err != nil {
+		c.fail(err)
 		return
 	}
 	blocking := params.Config == nil || params.Config.Blocking == nil || *params.Config.Blocking
-	// Blocking (the default, as in a2a-go and a2a-python): wait until the
-	// task is terminal or waits for input. The task does not depend on this
-	// request: if the caller goes away it runs on, readable with tasks/get.
+	// Blocking (the default, as in a2a-go and a2a-python; 1.0's
+	// returnImmediately false): wait until the task is terminal or waits
+	// for input. The task does not depend on this request: if the caller
+	// goes away it runs on, readable with tasks/get.
+	ctx := c.r.Context()
 	for {
 		t.mu.Lock()
 		st := t.status.State
 		if !blocking || st.Terminal() || interrupted(st) {
 			snap := t.snapshotLocked(hl)
 			t.mu.Unlock()
-			s.writeResult(w, req.ID, snap)
+			s.reply(c, snap, c.ver == v10)
 			return
 		}
 		ch := t.waitLocked()
@@ -978,64 +1230,62 @@ func (s *Server) onSend(w http.ResponseWriter, ctx context.Context, p *pairing.P
 	}
 }
 
-func (s *Server) writeResult(w http.ResponseWriter, id json.RawMessage, v any) {
-	data, err := marshalJSON(v)
-	if err != nil {
-		s.log.Error("marshal result", "err", err)
-		writeJSON(w, id, nil, rpcErrorFrom(err))
-		return
-	}
-	writeJSON(w, id, data, nil)
-}
-
-func (s *Server) onGet(w http.ResponseWriter, p *pairing.Principal, req *request) {
-	var q a2a.TaskQueryParams
-	if err := decodeParams(req.Params, &q); err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
-		return
+// onGet serves tasks/get and GetTask: historyLength unset is the whole
+// history, 0 none, n the last n messages; negative is -32602.
+func (s *Server) onGet(c *call) {
+	var q *a2a.TaskQueryParams
+	if c.ver == v10 {
+		var err error
+		if q, err = decodeTaskQueryV1(c.params); err != nil {
+			c.fail(err)
+			return
+		}
+	} else {
+		q = new(a2a.TaskQueryParams)
+		if err := decodeParams(c.params, q); err != nil {
+			c.fail(err)
+			return
+		}
 	}
 	hl := -1
 	if q.HistoryLength != nil {
 		if hl = *q.HistoryLength; hl < 0 {
-			writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: historyLength must be >= 0"))
+			c.fail(newRPCError(CodeInvalidParams, "invalid params: historyLength must be >= 0"))
 			return
 		}
 	}
 	if q.ID == "" {
-		writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: id is required"))
+		c.fail(newRPCError(CodeInvalidParams, "invalid params: id is required"))
 		return
 	}
-	t, err := s.lookup(p.Owner(), q.ID)
+	t, err := s.lookup(c.p.Owner(), q.ID)
 	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		c.fail(err)
 		return
 	}
 	t.mu.Lock()
 	snap := t.snapshotLocked(hl)
 	t.mu.Unlock()
-	s.writeResult(w, req.ID, snap)
+	s.reply(c, snap, false)
 }
 
-func (s *Server) onCancel(w http.ResponseWriter, p *pairing.Principal, req *request) {
-	var q a2a.TaskIDParams
-	if err := decodeParams(req.Params, &q); err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
-		return
-	}
-	if q.ID == "" {
-		writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: id is required"))
-		return
-	}
-	t, err := s.lookup(p.Owner(), q.ID)
+// onCancel serves tasks/cancel and CancelTask.
+func (s *Server) onCancel(c *call) {
+	q, err := decodeTaskID(c)
 	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		c.fail(err)
+		return
+	}
+	t, err := s.lookup(c.p.Owner(), q.ID)
+	if err != nil {
+		c.fail(err)
 		return
 	}
 	t.mu.Lock()
 	state := t.status.State
 	t.mu.Unlock()
 	if state.Terminal() {
-		writeJSON(w, req.ID, nil, newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, state))
+		c.fail(newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, stateName(c.ver, state)))
 		return
 	}
 	if _, done := s.cancelTask(t, errCanceledByCaller); done != nil {
@@ -1055,71 +1305,85 @@ func (s *Server) onCancel(w http.ResponseWriter, p *pairing.Principal, req *requ
 	t.mu.Unlock()
 	if snap.Status.State != a2a.TaskStateCanceled {
 		// The task ended on its own first.
-		writeJSON(w, req.ID, nil, newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, snap.Status.State))
+		c.fail(newRPCError(CodeTaskNotCancelable, "task %s is %s and cannot be canceled", t.id, stateName(c.ver, snap.Status.State)))
 		return
 	}
-	s.writeResult(w, req.ID, snap)
+	s.reply(c, snap, false)
 }
 
-func (s *Server) onStream(w http.ResponseWriter, r *http.Request, p *pairing.Principal, req *request, size int) {
-	params, _, err := decodeSendParams(req.Params)
-	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
-		return
+// stateName is a state as ver spells it.
+func stateName(ver protoVersion, st a2a.TaskState) string {
+	if ver == v10 {
+		return string(a2av0.ToV1TaskState(st))
 	}
-	if _, ok := w.(http.Flusher); !ok {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(errors.New("streaming unsupported by the response writer")))
-		return
-	}
-	t, sub, snap, err := s.begin(p, params, size, true)
-	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
-		return
-	}
-	s.stream(w, r, req.ID, t, sub, snap)
+	return string(st)
 }
 
-func (s *Server) onResubscribe(w http.ResponseWriter, r *http.Request, p *pairing.Principal, req *request) {
-	var q a2a.TaskIDParams
-	if err := decodeParams(req.Params, &q); err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
-		return
-	}
-	if q.ID == "" {
-		writeJSON(w, req.ID, nil, newRPCError(CodeInvalidParams, "invalid params: id is required"))
-		return
-	}
-	t, err := s.lookup(p.Owner(), q.ID)
+// onStream serves message/stream and SendStreamingMessage.
+func (s *Server) onStream(c *call) {
+	params, _, err := decodeSend(c)
 	if err != nil {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(err))
+		c.fail(err)
 		return
 	}
-	if _, ok := w.(http.Flusher); !ok {
-		writeJSON(w, req.ID, nil, rpcErrorFrom(errors.New("streaming unsupported by the response writer")))
+	if _, ok := c.w.(http.Flusher); !ok {
+		c.fail(errors.New("streaming unsupported by the response writer"))
+		return
+	}
+	t, sub, snap, err := s.begin(c.p, params, c.size, true, c.ver)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	s.stream(c, t, sub, snap)
+}
+
+// onResubscribe serves tasks/resubscribe and SubscribeToTask. Over 0.3 a
+// task that no longer changes gets its Task and the end of the stream;
+// over 1.0 a terminal task is -32004 UnsupportedOperation (A2A 1.0: a
+// task in a terminal state cannot be subscribed to).
+func (s *Server) onResubscribe(c *call) {
+	q, err := decodeTaskID(c)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	t, err := s.lookup(c.p.Owner(), q.ID)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if _, ok := c.w.(http.Flusher); !ok {
+		c.fail(errors.New("streaming unsupported by the response writer"))
 		return
 	}
 	t.mu.Lock()
+	if st := t.status.State; c.ver == v10 && st.Terminal() {
+		t.mu.Unlock()
+		c.fail(fmt.Errorf("%w: task %s is %s; a terminal task has no more events (read it with %s)", a2a.ErrUnsupportedOperation, t.id, stateName(c.ver, st), MethodGetTask))
+		return
+	}
 	if len(t.subs) >= s.opts.MaxSubscribers {
 		n := len(t.subs)
 		t.mu.Unlock()
-		writeJSON(w, req.ID, nil, rpcErrorFrom(fmt.Errorf("%w: task %s has %d open streams", ErrUnavailable, t.id, n)))
+		c.fail(fmt.Errorf("%w: task %s has %d open streams", ErrUnavailable, t.id, n))
 		return
 	}
 	snap := t.snapshotLocked(-1)
 	var sub *subscriber
 	if st := snap.Status.State; !st.Terminal() && !interrupted(st) {
-		sub = t.subscribeLocked()
+		sub = t.subscribeLocked(c.ver)
 	}
 	t.mu.Unlock()
-	s.stream(w, r, req.ID, t, sub, snap)
+	s.stream(c, t, sub, snap)
 }
 
 // stream writes the SSE response: the Task snapshot first, then the task's
-// events in generation order, until one with final:true (or, when sub is
-// nil, right after the Task), the client leaving, or shutdown. It keeps no
-// goroutine: the request's own goroutine waits on the task's change
+// events in generation order, until one that ends the stream (or, when sub
+// is nil, right after the Task), the client leaving, or shutdown. It keeps
+// no goroutine: the request's own goroutine waits on the task's change
 // channel.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessage, t *task, sub *subscriber, snap *a2a.Task) {
+func (s *Server) stream(c *call, t *task, sub *subscriber, snap *a2a.Task) {
 	if sub != nil {
 		defer func() {
 			t.mu.Lock()
@@ -1127,20 +1391,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessa
 			t.mu.Unlock()
 		}()
 	}
+	w := c.w
 	fl := w.(http.Flusher)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
-	data, err := marshalJSON(snap)
+	data, err := marshalResult(c.ver, snap, true)
 	if err != nil {
 		s.log.Error("marshal task", "err", err)
+		c.fail(err)
 		return
 	}
+	setStreamHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
 	buf := make([]byte, 0, 512+len(data))
-	buf = appendEvent(buf, id, data)
+	buf = appendEvent(buf, c.ver, c.id, data)
 	if _, err := w.Write(buf); err != nil {
 		return
 	}
@@ -1149,7 +1411,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessa
 		return
 	}
 
-	ctx := r.Context()
+	ctx := c.r.Context()
 	keep := time.NewTimer(s.opts.KeepAlive)
 	defer keep.Stop()
 	for {
@@ -1161,7 +1423,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessa
 			buf = buf[:0]
 			final := false
 			for _, ev := range evs {
-				buf = appendEvent(buf, id, ev.data)
+				if d := ev.data[c.ver]; d != nil {
+					buf = appendEvent(buf, c.ver, c.id, d)
+				}
 				if ev.final {
 					final = true
 					break
@@ -1192,11 +1456,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id json.RawMessa
 }
 
 // appendEvent appends one SSE event: a single data line holding a JSON-RPC
-// response whose result is the event (A2A spec §7.2; single-line JSON, the
-// "data: " prefix with its space, a blank line after).
-func appendEvent(dst []byte, id json.RawMessage, result []byte) []byte {
+// response whose result is the event (A2A 0.3 §7.2, 1.0 §9.4; single-line
+// JSON, the "data: " prefix with its space, a blank line after).
+func appendEvent(dst []byte, ver protoVersion, id json.RawMessage, result []byte) []byte {
 	dst = append(dst, "data: "...)
-	dst = appendResponse(dst, id, result, nil)
+	dst = appendResponse(dst, ver, id, result, nil)
 	return append(dst, "\n\n"...)
 }
 

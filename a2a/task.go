@@ -60,15 +60,24 @@ type task struct {
 	// (input-required) for Options.InterruptedTTL; nil otherwise. Any
 	// status change stops it.
 	expiry *time.Timer
+
+	// parked is set while the task waits for its caller with no turn
+	// running, and is then in Server.parked[owner]; guarded by the
+	// Server's mu, changed only with t.mu held too.
+	parked bool
 }
 
 type logEntry struct {
-	data  []byte // the event's JSON (a TaskStatusUpdateEvent or TaskArtifactUpdateEvent)
-	final bool   // the stream closes after this event
+	// data is the event's JSON in each version's form, made only for the
+	// versions a subscriber reads: over 0.3 the TaskStatusUpdateEvent or
+	// TaskArtifactUpdateEvent, over 1.0 the StreamResponse holding it.
+	data  [2][]byte
+	final bool // the stream closes after this event
 }
 
 type subscriber struct {
-	cursor int // absolute index of the next event to send
+	cursor int          // absolute index of the next event to send
+	ver    protoVersion // the form it reads events in
 }
 
 // interrupted reports a state in which the task waits for the caller
@@ -97,14 +106,21 @@ func (t *task) waitLocked() <-chan struct{} {
 }
 
 // emitLocked appends ev to the log (only when someone listens) and wakes
-// waiters. The event is marshaled once; each stream wraps it in its own
-// JSON-RPC response.
+// waiters. The event is marshaled once per version some subscriber reads;
+// each stream wraps it in its own JSON-RPC response.
 func (t *task) emitLocked(ev a2a.Event, final bool) {
 	if len(t.subs) > 0 {
-		data, err := marshalJSON(ev)
-		if err == nil {
-			t.log = append(t.log, logEntry{data: data, final: final})
+		e := logEntry{final: final}
+		for s := range t.subs {
+			if e.data[s.ver] == nil {
+				data, err := marshalResult(s.ver, ev, true)
+				if err != nil {
+					continue
+				}
+				e.data[s.ver] = data
+			}
 		}
+		t.log = append(t.log, e)
 	}
 	t.notifyLocked()
 }
@@ -163,9 +179,10 @@ func (t *task) snapshotLocked(historyLength int) *a2a.Task {
 	return out
 }
 
-// subscribeLocked registers a stream reading events from now on.
-func (t *task) subscribeLocked() *subscriber {
-	s := &subscriber{cursor: t.logBase + len(t.log)}
+// subscribeLocked registers a stream reading events from now on, in
+// ver's form.
+func (t *task) subscribeLocked(ver protoVersion) *subscriber {
+	s := &subscriber{cursor: t.logBase + len(t.log), ver: ver}
 	if t.subs == nil {
 		t.subs = make(map[*subscriber]struct{}, 1)
 	}
