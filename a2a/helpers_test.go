@@ -123,6 +123,13 @@ func (b bearer) Before(ctx context.Context, req *a2aclient.Request) (context.Con
 // client resolves the card and builds the official a2a-go client from it.
 func (e *testEnv) client(t *testing.T, token string) *a2aclient.Client {
 	t.Helper()
+	return e.clientIntercepted(t, bearer{token: token})
+}
+
+// clientIntercepted is client with another interceptor in place of the
+// token's.
+func (e *testEnv) clientIntercepted(t *testing.T, ic a2aclient.CallInterceptor) *a2aclient.Client {
+	t.Helper()
 	ctx := context.Background()
 	card, err := agentcard.NewResolver(e.httpClient()).Resolve(ctx, e.hs.URL)
 	if err != nil {
@@ -131,7 +138,7 @@ func (e *testEnv) client(t *testing.T, token string) *a2aclient.Client {
 	c, err := a2aclient.NewFromCard(ctx, card,
 		a2aclient.WithJSONRPCTransport(e.httpClient()),
 		a2aclient.WithConfig(a2aclient.Config{PreferredTransports: []a2a.TransportProtocol{a2a.TransportProtocolJSONRPC}}),
-		a2aclient.WithInterceptors(bearer{token: token}))
+		a2aclient.WithInterceptors(ic))
 	if err != nil {
 		t.Fatalf("NewFromCard: %v", err)
 	}
