@@ -12,14 +12,18 @@ import (
 	"time"
 )
 
-// jsDir holds the Node project pinning @a2a-js/sdk 0.3.14
-// (package.json + package-lock.json).
-const jsDir = "testdata/js"
+// jsDir holds the Node project pinning @a2a-js/sdk 0.3.14 (A2A 0.3),
+// jsDir1 the one pinning 1.3.0 (A2A 1.0); each is package.json +
+// package-lock.json, installed with npm ci.
+const (
+	jsDir  = "testdata/js"
+	jsDir1 = "testdata/js1"
+)
 
-// ensureNodeModules installs the pinned JS client with npm ci when
-// node_modules is missing. node and npm must be on PATH: a missing tool
-// fails the test with the install command, never a silent skip.
-func ensureNodeModules(t *testing.T) string {
+// ensureNodeModules installs the pinned JS client of jsDir with npm ci
+// when node_modules is missing. node and npm must be on PATH: a missing
+// tool fails the test with the install command, never a silent skip.
+func ensureNodeModules(t *testing.T, jsDir string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -47,7 +51,7 @@ func ensureNodeModules(t *testing.T) string {
 // a real loopback listener, through the node executor on the real nodes registry.
 func TestJSClient(t *testing.T) {
 	t.Parallel()
-	node := ensureNodeModules(t)
+	node := ensureNodeModules(t, jsDir)
 	reg := realRegistry(t, nil)
 	env := newEnv(t, Options{Executor: NewNodeExecutor(reg, nil), Manifest: reg})
 
@@ -115,5 +119,82 @@ func TestJSClient(t *testing.T) {
 	}
 	if out.Got.ID != s.ID || len(out.Got.History) != 1 {
 		t.Errorf("tasks/get with historyLength 1: %+v", out.Got)
+	}
+}
+
+// TestJSClientV1: the official @a2a-js/sdk 1.3.0 client resolves the union
+// card, picks its 1.0 interface (sending A2A-Version: 1.0), sends a message
+// and streams a task, through the node executor on the real nodes
+// registry.
+func TestJSClientV1(t *testing.T) {
+	t.Parallel()
+	node := ensureNodeModules(t, jsDir1)
+	// @a2a-js/sdk 1.x declares engines node >= 20 (Debian 12's nodejs is
+	// 18): say so rather than fail obscurely inside the SDK.
+	if v, err := exec.Command(node, "--version").Output(); err != nil {
+		t.Fatalf("node --version: %v", err)
+	} else if major, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(string(v)), "v"), "."); len(major) < 2 || major < "20" {
+		t.Fatalf("@a2a-js/sdk 1.3.0 needs Node >= 20, this is %s: install Node 20 (NodeSource) for this test", strings.TrimSpace(string(v)))
+	}
+	reg := realRegistry(t, nil)
+	env := newEnv(t, Options{Executor: NewNodeExecutor(reg, nil), Manifest: reg})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "client.mjs", env.hs.URL, tokA, "please run device.info", "system.notify")
+	cmd.Dir = jsDir1
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node client.mjs (1.3.0): %v\nstderr:\n%s", err, stderr.String())
+	}
+	hostname, _ := os.Hostname()
+	var out struct {
+		Card struct {
+			Name       string
+			Interfaces []struct{ URL, ProtocolBinding, ProtocolVersion string }
+		}
+		Versions []string
+		Sent     struct {
+			ID        string
+			State     string
+			Artifacts [][]struct {
+				Kind string
+				Data map[string]any
+			}
+		}
+		Events []struct{ Kind, State string }
+		Got    struct {
+			ID      string
+			History []string
+		}
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("client output: %v\n%s", err, stdout.String())
+	}
+	if out.Card.Name != "testbox" || len(out.Card.Interfaces) != 2 || out.Card.Interfaces[0].ProtocolVersion != "1.0" || out.Card.Interfaces[0].URL != env.hs.URL+RPCPath {
+		t.Errorf("card as the JS 1.3.0 client saw it: %+v", out.Card)
+	}
+	for _, v := range out.Versions {
+		if v != "1.0" {
+			t.Errorf("the JS 1.3.0 client sent A2A-Version %q (all: %q)", v, out.Versions)
+			break
+		}
+	}
+	s := out.Sent
+	if s.State != "TASK_STATE_COMPLETED" || len(s.Artifacts) != 1 || len(s.Artifacts[0]) != 1 ||
+		s.Artifacts[0][0].Kind != "data" || s.Artifacts[0][0].Data["hostname"] != hostname {
+		t.Errorf("SendMessage result: %+v", s)
+	}
+	var kinds []string
+	for _, ev := range out.Events {
+		kinds = append(kinds, ev.Kind+":"+ev.State)
+	}
+	// system.notify without a title: the stream ends at input-required.
+	if want := "task:TASK_STATE_SUBMITTED statusUpdate:TASK_STATE_WORKING statusUpdate:TASK_STATE_INPUT_REQUIRED"; strings.Join(kinds, " ") != want {
+		t.Errorf("stream events %v, want %s", kinds, want)
+	}
+	if out.Got.ID != s.ID || len(out.Got.History) != 1 || out.Got.History[0] != "ROLE_USER" {
+		t.Errorf("GetTask with historyLength 1: %+v", out.Got)
 	}
 }
