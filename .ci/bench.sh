@@ -10,7 +10,7 @@ export MESHTRAY_BENCH=1
 
 section() { printf '\n==== %s ====\n' "$1"; }
 
-section "A2A: meshtray vs a2a-go's a2asrv (message/send, message/stream, memory)"
+section "A2A: meshtray over 0.3 and 1.0 vs a2a-go's a2asrv v0.3.15 and v2.3.1 (send, stream, memory)"
 go test -count=1 -run '^TestBenchReport$' -v ./a2a | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
 
 section "Delegating out and forwarding: meshtray vs a bare a2a-go client / calling the agent directly"

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,14 +22,17 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2asrv"
 	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
+	a2asrvv1 "github.com/a2aproject/a2a-go/v2/a2asrv"
 )
 
-// The benchmark report (issue 2 §11): meshtray's server (device.info
-// through the node executor, auto-approved grant, bearer auth) side by side
-// with a2a-go v0.3.15's own a2asrv.NewJSONRPCHandler over a trivial
-// executor producing the same events (Task, working, one artifact,
-// completed). Both serve real loopback HTTP; the client is the same raw
-// JSON-RPC poster for both. Run with
+// The benchmark report: meshtray's server (device.info through the node
+// executor, auto-approved grant, bearer auth), over A2A 0.3 and over 1.0,
+// side by side with a2a-go v0.3.15's own a2asrv.NewJSONRPCHandler (0.3)
+// and a2a-go v2.3.1's (1.0), each over a trivial executor producing the
+// same events (Task, working, one artifact, completed). All serve real
+// loopback HTTP in the same run; the client is the same raw JSON-RPC
+// poster for all. Run with
 //
 //	MESHTRAY_BENCH=1 go test -run TestBenchReport -v ./a2a
 //
@@ -60,17 +64,82 @@ func (refExecutor) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q even
 	return q.Write(ctx, a2a.NewStatusUpdateEvent(rc, a2a.TaskStateCanceled, nil))
 }
 
-// benchTarget is one server under test.
+// refExecutorV1 is the same trivial executor for a2a-go v2's a2asrv (1.0).
+type refExecutorV1 struct{}
+
+func (refExecutorV1) Execute(ctx context.Context, ec *a2asrvv1.ExecutorContext) iter.Seq2[a2av1.Event, error] {
+	return func(yield func(a2av1.Event, error) bool) {
+		if ec.StoredTask == nil && !yield(a2av1.NewSubmittedTask(ec, ec.Message), nil) {
+			return
+		}
+		if !yield(a2av1.NewStatusUpdateEvent(ec, a2av1.TaskStateWorking, nil), nil) {
+			return
+		}
+		art := a2av1.NewArtifactEvent(ec, a2av1.NewDataPart(map[string]any{"hostname": "testbox", "cpus": 2}), a2av1.NewTextPart("testbox: 2 CPUs"))
+		if !yield(art, nil) {
+			return
+		}
+		yield(a2av1.NewStatusUpdateEvent(ec, a2av1.TaskStateCompleted, nil), nil)
+	}
+}
+
+func (refExecutorV1) Cancel(ctx context.Context, ec *a2asrvv1.ExecutorContext) iter.Seq2[a2av1.Event, error] {
+	return func(yield func(a2av1.Event, error) bool) {
+		yield(a2av1.NewStatusUpdateEvent(ec, a2av1.TaskStateCanceled, nil), nil)
+	}
+}
+
+// benchTarget is one server under test, spoken to in one A2A version.
 type benchTarget struct {
-	name  string
-	url   string
-	token string
-	body  func(method string) []byte
+	name    string
+	url     string
+	token   string
+	version string // the A2A-Version header; "" for 0.3
+	text    string // the message text
+}
+
+// v1 reports a target spoken to over A2A 1.0.
+func (tg benchTarget) v1() bool { return tg.version == Version10 }
+
+// send and stream are the target's method names.
+func (tg benchTarget) send() string {
+	if tg.v1() {
+		return MethodSendMessage
+	}
+	return MethodMessageSend
+}
+
+func (tg benchTarget) stream() string {
+	if tg.v1() {
+		return MethodSendStreamingMessage
+	}
+	return MethodMessageStream
+}
+
+// completed is what a completed task's answer contains.
+func (tg benchTarget) completed() []byte {
+	if tg.v1() {
+		return []byte(`"TASK_STATE_COMPLETED"`)
+	}
+	return []byte(`"completed"`)
+}
+
+// body is a send or stream request in the target's version.
+func (tg benchTarget) body(method string) []byte {
+	if tg.v1() {
+		return benchBodyV1(method, tg.text)
+	}
+	return benchBody(method, tg.text)
 }
 
 func benchBody(method, text string) []byte {
 	return []byte(`{"jsonrpc":"2.0","id":"` + strconv.FormatInt(time.Now().UnixNano(), 36) + `","method":"` + method +
 		`","params":{"message":{"kind":"message","messageId":"` + a2a.NewMessageID() + `","role":"user","parts":[{"kind":"text","text":"` + text + `"}]}}}`)
+}
+
+func benchBodyV1(method, text string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":"` + strconv.FormatInt(time.Now().UnixNano(), 36) + `","method":"` + method +
+		`","params":{"message":{"messageId":"` + a2a.NewMessageID() + `","role":"ROLE_USER","parts":[{"text":"` + text + `"}]}}}`)
 }
 
 func post(c *http.Client, tg benchTarget, body []byte) (*http.Response, error) {
@@ -79,6 +148,9 @@ func post(c *http.Client, tg benchTarget, body []byte) (*http.Response, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if tg.version != "" {
+		req.Header.Set(VersionHeader, tg.version)
+	}
 	if tg.token != "" {
 		req.Header.Set("Authorization", "Bearer "+tg.token)
 	}
@@ -105,14 +177,14 @@ func roundTrips(t *testing.T, c *http.Client, tg benchTarget, conc, n int) ([]ti
 				if k >= n {
 					return
 				}
-				body := tg.body(MethodMessageSend)
+				body := tg.body(tg.send())
 				t0 := time.Now()
 				resp, err := post(c, tg, body)
 				if err == nil {
 					var out []byte
 					out, err = io.ReadAll(resp.Body)
 					resp.Body.Close()
-					if err == nil && !bytes.Contains(out, []byte(`"completed"`)) {
+					if err == nil && !bytes.Contains(out, tg.completed()) {
 						err = fmt.Errorf("%s: not completed: %.300s", tg.name, out)
 					}
 				}
@@ -142,7 +214,7 @@ func firstEvents(t *testing.T, c *http.Client, tg benchTarget, n int) []time.Dur
 	lat := make([]time.Duration, 0, n)
 	for range n {
 		t0 := time.Now()
-		resp, err := post(c, tg, tg.body(MethodMessageStream))
+		resp, err := post(c, tg, tg.body(tg.stream()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,11 +292,19 @@ func TestBenchReport(t *testing.T) {
 
 	ref := httptest.NewServer(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(refExecutor{})))
 	defer ref.Close()
+	ref1 := httptest.NewServer(a2asrvv1.NewJSONRPCHandler(a2asrvv1.NewHandler(refExecutorV1{})))
+	defer ref1.Close()
 
+	// Columns: meshtray and its reference per version; the ratios compare
+	// meshtray's 1.0 path with its 0.3 path (goal: at most 1.1x) and
+	// meshtray with a2asrv per version.
 	targets := []benchTarget{
-		{name: "meshtray", url: mt.URL + RPCPath, token: tokA, body: func(m string) []byte { return benchBody(m, "device.info") }},
-		{name: "a2asrv", url: ref.URL, body: func(m string) []byte { return benchBody(m, "hi") }},
+		{name: "meshtray 0.3", url: mt.URL + RPCPath, token: tokA, text: "device.info"},
+		{name: "a2asrv 0.3", url: ref.URL, text: "hi"},
+		{name: "meshtray 1.0", url: mt.URL + RPCPath, token: tokA, version: Version10, text: "device.info"},
+		{name: "a2asrv v2 1.0", url: ref1.URL, version: Version10, text: "hi"},
 	}
+	const mt03, ref03, mt10, ref10 = 0, 1, 2, 3
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
@@ -243,7 +323,7 @@ func TestBenchReport(t *testing.T) {
 
 	type row struct {
 		label string
-		vals  [2]float64
+		vals  [4]float64 // 0: not measured
 		unit  string
 	}
 	var rows []row
@@ -253,6 +333,14 @@ func TestBenchReport(t *testing.T) {
 			r.vals[i] = f(tg)
 		}
 		rows = append(rows, r)
+	}
+	only03 := func(f func(tg benchTarget) float64) func(tg benchTarget) float64 {
+		return func(tg benchTarget) float64 {
+			if tg.v1() {
+				return 0
+			}
+			return f(tg)
+		}
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
@@ -277,7 +365,7 @@ func TestBenchReport(t *testing.T) {
 				}
 			}
 		}
-		label := fmt.Sprintf("message/send c=%d", conc)
+		label := fmt.Sprintf("send c=%d", conc)
 		add(label+" p50", "µs", func(tg benchTarget) float64 { return us(pct(res[tg.name], 0.5)) })
 		add(label+" p99", "µs", func(tg benchTarget) float64 { return us(pct(res[tg.name], 0.99)) })
 		add(label+" req/s", "req/s", func(tg benchTarget) float64 {
@@ -289,8 +377,8 @@ func TestBenchReport(t *testing.T) {
 		firstEvents(t, c, tg, 100)
 		ttfe[tg.name] = firstEvents(t, c, tg, 1000)
 	}
-	add("message/stream first event p50", "µs", func(tg benchTarget) float64 { return us(pct(ttfe[tg.name], 0.5)) })
-	add("message/stream first event p99", "µs", func(tg benchTarget) float64 { return us(pct(ttfe[tg.name], 0.99)) })
+	add("stream first event p50", "µs", func(tg benchTarget) float64 { return us(pct(ttfe[tg.name], 0.5)) })
+	add("stream first event p99", "µs", func(tg benchTarget) float64 { return us(pct(ttfe[tg.name], 0.99)) })
 
 	// Memory: 10,000 completed tasks into a fresh server of each kind,
 	// in-process (no HTTP buffers in the figure).
@@ -311,7 +399,7 @@ func TestBenchReport(t *testing.T) {
 		}
 		after := heapInUse()
 		stored := len(s.Tasks())
-		mem["meshtray"] = [3]float64{float64(after - base), float64(rssBytes()), float64(after-base) / float64(stored)}
+		mem["meshtray 0.3"] = [3]float64{float64(after - base), float64(rssBytes()), float64(after-base) / float64(stored)}
 		t.Logf("meshtray stores %d of %d tasks (bounded)", stored, tasks)
 		s.Shutdown(context.Background())
 	}
@@ -327,24 +415,42 @@ func TestBenchReport(t *testing.T) {
 			}
 		}
 		after := heapInUse()
-		mem["a2asrv"] = [3]float64{float64(after - base), float64(rssBytes()), float64(after-base) / tasks}
+		mem["a2asrv 0.3"] = [3]float64{float64(after - base), float64(rssBytes()), float64(after-base) / tasks}
 		runtime.KeepAlive(h)
 	}
-	add("heap after 10k tasks", "KiB", func(tg benchTarget) float64 { return mem[tg.name][0] / 1024 })
-	add("process RSS after 10k tasks", "MiB", func(tg benchTarget) float64 { return mem[tg.name][1] / (1 << 20) })
-	add("bytes per stored task", "B", func(tg benchTarget) float64 { return mem[tg.name][2] })
+	add("heap after 10k tasks", "KiB", only03(func(tg benchTarget) float64 { return mem[tg.name][0] / 1024 }))
+	add("process RSS after 10k tasks", "MiB", only03(func(tg benchTarget) float64 { return mem[tg.name][1] / (1 << 20) }))
+	add("bytes per stored task", "B", only03(func(tg benchTarget) float64 { return mem[tg.name][2] }))
 
+	ratio := func(a, b float64) string {
+		if a == 0 || b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	cell := func(v float64, unit string) string {
+		if v == 0 {
+			return fmt.Sprintf("%10s %-5s", "-", "")
+		}
+		return fmt.Sprintf("%10.1f %-5s", v, unit)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nA2A benchmark: %s, %d CPUs, %s; meshtray = %s, auto-approved grant, bearer auth\n", runtime.Version(), runtime.NumCPU(), runtime.GOARCH, regName)
-	fmt.Fprintf(&b, "%-34s %14s %14s %8s\n", "", "meshtray", "a2asrv", "ratio")
-	for _, r := range rows {
-		ratio := "-"
-		if r.vals[1] != 0 {
-			ratio = fmt.Sprintf("%.2fx", r.vals[0]/r.vals[1])
-		}
-		fmt.Fprintf(&b, "%-34s %10.1f %-3s %10.1f %-3s %8s\n", r.label, r.vals[0], r.unit, r.vals[1], r.unit, ratio)
+	fmt.Fprintf(&b, "%-28s", "")
+	for _, tg := range targets {
+		fmt.Fprintf(&b, " %16s", tg.name)
 	}
-	b.WriteString("(ratio = meshtray / a2asrv; for latency and memory lower is better, for req/s higher is better.\n" +
+	fmt.Fprintf(&b, " %9s %9s %9s\n", "mt 1/0.3", "0.3 vs", "1.0 vs")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-28s", r.label)
+		for _, v := range r.vals {
+			fmt.Fprintf(&b, " %s", cell(v, r.unit))
+		}
+		fmt.Fprintf(&b, " %9s %9s %9s\n", ratio(r.vals[mt10], r.vals[mt03]), ratio(r.vals[mt03], r.vals[ref03]), ratio(r.vals[mt10], r.vals[ref10]))
+	}
+	b.WriteString("(mt 1/0.3 = meshtray over A2A 1.0 / meshtray over 0.3, same server and run (goal: at most 1.10x for latency);\n" +
+		" 0.3 vs, 1.0 vs = meshtray / a2asrv of that version. For latency and memory lower is better, for req/s higher.\n" +
+		" send = message/send (0.3) or SendMessage (1.0); stream = message/stream or SendStreamingMessage.\n" +
 		" a2asrv's in-memory store is unbounded: its per-task figure is over all 10k tasks; meshtray keeps at most 512.)\n")
 	t.Log(b.String())
 	fmt.Print(b.String())
