@@ -632,6 +632,23 @@ func TestV1WireShapes(t *testing.T) {
 		check("SubscribeToTask without id", evs[0], CodeInvalidParams, "INVALID_PARAMS", "a2a-protocol.org")
 	}
 
+	// A body too broken to name its method, from a client that asked for a
+	// stream (Accept: text/event-stream), is answered as a stream too.
+	{
+		req, _ := http.NewRequest("POST", env.hs.URL+RPCPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":`))
+		req.Header.Set("Authorization", "Bearer "+tokA)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := env.httpClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if evs := sseEvents(t, raw); resp.Header.Get("Content-Type") != "text/event-stream" || len(evs) != 1 || errorCode(t, evs[0]) != CodeParseError {
+			t.Fatalf("parse error for a stream: %s", raw)
+		}
+	}
+
 	// The query parameter names the version too; a patch level is fine.
 	req, _ := http.NewRequest("POST", env.hs.URL+RPCPath+"?A2A-Version=1.0.1", strings.NewReader(send))
 	req.Header.Set("Authorization", "Bearer "+tokA)
