@@ -62,7 +62,7 @@ type Config struct {
 // A2AConfig configures the A2A surface.
 type A2AConfig struct {
 	MaxTasks        int           `toml:"max_tasks" json:"max_tasks"`                   // task store bound (default 512)
-	MaxLivePerGrant int           `toml:"max_live_per_grant" json:"max_live_per_grant"` // live tasks per grant (default 16)
+	MaxLivePerGrant int           `toml:"max_live_per_grant" json:"max_live_per_grant"` // running tasks per grant (default 16; tasks waiting for their caller are bounded apart)
 	Forward         ForwardConfig `toml:"forward" json:"forward"`
 }
 
