@@ -455,3 +455,36 @@ func TestBenchReport(t *testing.T) {
 	t.Log(b.String())
 	fmt.Print(b.String())
 }
+
+// BenchmarkSendVersions is message/send over 0.3 next to SendMessage over
+// 1.0 on one server, in process (no HTTP), through the node executor's
+// device.info: the cost of the 1.0 edge (decode, a2av0 conversion, the
+// StreamResponse result) against the 0.3 path.
+func BenchmarkSendVersions(b *testing.B) {
+	reg := realRegistry(b, nil)
+	srv := NewServer(Options{DeviceName: "testbox", Executor: NewNodeExecutor(reg, nil), Approver: approveAll{}, MaxLiveTasksPerOwner: 64})
+	defer srv.Shutdown(context.Background())
+	auth := &testAuth{}
+	auth.add(tokA, "grantA", "laptop")
+	h := auth.wrap(srv)
+	for _, tg := range []benchTarget{
+		{name: "0.3", text: "device.info"},
+		{name: "1.0", version: Version10, text: "device.info"},
+	} {
+		b.Run(tg.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				rec := newRecorder()
+				req, _ := http.NewRequest("POST", RPCPath, bytes.NewReader(tg.body(tg.send())))
+				req.Header.Set("Authorization", "Bearer "+tokA)
+				if tg.version != "" {
+					req.Header.Set(VersionHeader, tg.version)
+				}
+				h.ServeHTTP(rec, req)
+				if !bytes.Contains(rec.buf.Bytes(), tg.completed()) {
+					b.Fatalf("%s: %s", tg.name, rec.buf.Bytes())
+				}
+			}
+		})
+	}
+}

@@ -19,7 +19,7 @@ import (
 // a2a-go client: device.info end to end, and tasks/cancel killing a real
 // system.run process.
 
-func realRegistry(t *testing.T, approver nodes.Approver) *nodes.Registry {
+func realRegistry(t testing.TB, approver nodes.Approver) *nodes.Registry {
 	t.Helper()
 	return nodes.New(nodes.Options{
 		Device:   nodes.Device{Name: "testbox", Version: "test"},
