@@ -1,7 +1,9 @@
-// Package a2a is meshtray's A2A surface (protocol 0.3.0, JSON-RPC binding):
-// the Agent Card, the JSON-RPC server, the task engine and the built-in node
-// executor. Wire types are a2a-go v0.3.15's (imported as a2a); this package
-// is imported as agent "meshtray/a2a" where both are needed.
+// Package a2a is meshtray's A2A surface (protocols 1.0 and 0.3, JSON-RPC
+// binding): the Agent Card, the JSON-RPC server, the task engine and the
+// built-in node executor. The engine's wire types are a2a-go v0.3.15's
+// (imported as a2a); a 1.0 request (A2A-Version: 1.0) is converted at the
+// edge with a2a-go v2.3.1's (a2av1) a2acompat/a2av0. This package is
+// imported as agent "meshtray/a2a" where both are needed.
 //
 //   - Server (NewServer): ServeHTTP serves POST /a2a/v1 behind the auth
 //     middleware (the caller is pairing.PrincipalFrom); CardHandler serves
@@ -17,7 +19,9 @@
 //     states are final. What the owner approves is one escaped line
 //     (nodes.EscapeInvisible), naming the files a message carries.
 //   - Bounds: request body (1 MiB), store (512 tasks, oldest terminal
-//     evicted, never a live one), live tasks per owner (16), stored message
+//     evicted, never a live one), running tasks per owner (16) and, apart,
+//     tasks waiting for their caller (16, the oldest canceled to make
+//     room), JSON-RPC ids (256 bytes, UTF-8), stored message
 //     and artifact bytes (64 MiB), turns per task (32), streams per task
 //     (8), artifacts per task (64) and their bytes (8 MiB), time a task
 //     waits for its caller (10 min, then canceled); outbound: the view
@@ -25,8 +29,10 @@
 //     followed (1 h).
 //   - JSON-RPC notifications (no id) get HTTP 204 and nothing is done
 //     (JSON-RPC 2.0 §4.1).
-//   - Errors: JSON-RPC 2.0 codes, A2A's -32001..-32007, and meshtray's
-//     -32010 (live-task cap), -32011 (store full), -32012 (unavailable),
-//     always with HTTP 200 and Content-Type application/json.
+//   - Errors: JSON-RPC 2.0 codes, A2A's -32001..-32007 and -32009 (version
+//     not supported), and meshtray's -32010 (running-task cap), -32011
+//     (store full), -32012 (unavailable), always with HTTP 200: Content-Type
+//     application/json, or for a streaming method an SSE stream of one
+//     event. Over 1.0 error.data is an array with a google.rpc.ErrorInfo.
 //   - NodeExecutor maps a message to one nodes capability call.
 package a2a
