@@ -121,7 +121,7 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Server is meshtray's A2A 0.3.0 JSON-RPC server and task engine: it serves
+// Server is meshtray's A2A JSON-RPC server (1.0 and 0.3) and task engine: it serves
 // POST /a2a/v1 (ServeHTTP) and the Agent Card (CardHandler), keeps the
 // bounded in-memory task store, asks the Approver about every new task and
 // runs approved ones on the Executor.
