@@ -936,13 +936,13 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 	switch {
 	case state.Terminal():
 		t.mu.Unlock()
-		return nil, nil, nil, fmt.Errorf("%w: task %s is %s; a terminal task takes no more messages", a2a.ErrUnsupportedOperation, t.id, state)
+		return nil, nil, nil, fmt.Errorf("%w: task %s is %s; a terminal task takes no more messages", a2a.ErrUnsupportedOperation, t.id, stateName(ver, state))
 	case msg.ContextID != "" && msg.ContextID != t.contextID:
 		t.mu.Unlock()
 		return nil, nil, nil, newRPCError(CodeInvalidParams, "invalid params: contextId %q contradicts the task's contextId %q", truncate(msg.ContextID, 64), t.contextID)
 	case !interrupted(state) || t.cancel != nil:
 		t.mu.Unlock()
-		return nil, nil, nil, fmt.Errorf("%w: task %s is %s; it takes a message only in input-required", a2a.ErrUnsupportedOperation, t.id, state)
+		return nil, nil, nil, fmt.Errorf("%w: task %s is %s; it takes a message only in %s", a2a.ErrUnsupportedOperation, t.id, stateName(ver, state), stateName(ver, a2a.TaskStateInputRequired))
 	case t.turns >= s.opts.MaxTurns:
 		t.mu.Unlock()
 		return nil, nil, nil, fmt.Errorf("%w: task %s reached its limit of %d turns", ErrUnavailable, t.id, s.opts.MaxTurns)
