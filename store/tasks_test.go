@@ -1,0 +1,388 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func ids(ts []Task) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.ID)
+	}
+	return out
+}
+
+func TestTaskRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, tempDB(t), Options{})
+	created := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC)
+	in := Task{
+		ID: "t1", Owner: "g1", ContextID: "ctx-a", State: "TASK_STATE_SUBMITTED",
+		Caller: "laptop", Via: "tailnet", Summary: "run device.info",
+		Status:           []byte(`{"state":"submitted"}`),
+		History:          []byte(`[{"role":"user","parts":[{"kind":"text","text":"hi"}]}]`),
+		Created:          created,
+		ApprovalDeadline: created.Add(2 * time.Minute),
+	}
+	if err := s.CreateTask(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, in); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate CreateTask = %v, want ErrExists", err)
+	}
+	got, err := s.Task(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateSubmitted || !got.Created.Equal(created) || !got.ApprovalDeadline.Equal(in.ApprovalDeadline) ||
+		string(got.History) != string(in.History) || got.Caller != "laptop" || got.Via != "tailnet" {
+		t.Fatalf("Task = %+v", got)
+	}
+
+	// The engine moves it on; another owner cannot touch it.
+	up := got
+	up.State = StateInputRequired
+	up.ApprovalDeadline = time.Time{}
+	up.ExecState = []byte(`{"capability":"device.info"}`)
+	up.Turns = 1
+	if err := s.UpdateTask(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	other := up
+	other.Owner = "g2"
+	if err := s.UpdateTask(ctx, other); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("update by another owner = %v, want ErrNotFound", err)
+	}
+	got, _ = s.Task(ctx, "t1")
+	if got.State != StateInputRequired || string(got.ExecState) != `{"capability":"device.info"}` || got.Turns != 1 ||
+		!got.ApprovalDeadline.IsZero() || !got.Created.Equal(created) || got.Updated.Before(created) {
+		t.Fatalf("after update %+v", got)
+	}
+
+	up.State = StateCompleted
+	up.Artifacts = []byte(`[{"artifactId":"a","parts":[]}]`)
+	if err := s.UpdateTask(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	up.State = StateWorking
+	if err := s.UpdateTask(ctx, up); !errors.Is(err, ErrTerminal) {
+		t.Fatalf("update out of completed = %v, want ErrTerminal", err)
+	}
+	if err := s.UpdateTask(ctx, Task{ID: "nope", Owner: "g1", State: StateWorking}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("update of a missing task = %v", err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "x", Owner: "g1", State: "sleeping"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("unknown state = %v", err)
+	}
+	if _, err := s.Task(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Task(nope) = %v", err)
+	}
+
+	s.CreateTask(ctx, Task{ID: "t2", Owner: "g1", ContextID: "ctx-b", State: StateWorking})
+	s.CreateTask(ctx, Task{ID: "t3", Owner: "g2", ContextID: "ctx-a", State: StateWorking})
+	live, _ := s.Tasks(ctx, TaskFilter{Live: true})
+	mine, _ := s.Tasks(ctx, TaskFilter{Owner: "g1", ContextID: "ctx-a"})
+	if !slices.Equal(ids(live), []string{"t2", "t3"}) || !slices.Equal(ids(mine), []string{"t1"}) {
+		t.Fatalf("live %v, g1/ctx-a %v", ids(live), ids(mine))
+	}
+	if err := s.DeleteTask(ctx, "t2"); err != nil {
+		t.Fatal(err)
+	}
+	if total, nlive, _ := s.TaskCount(ctx); total != 2 || nlive != 1 {
+		t.Fatalf("count %d live %d", total, nlive)
+	}
+}
+
+// The bound mirrors the in-memory store (a2a.Server.reserveLocked): a new
+// task evicts the oldest task to have become terminal, never a live one;
+// with only live tasks it is refused.
+func TestTaskBoundEvictsOldestTerminal(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	s, err := Open(path, Options{MaxTasks: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := s.CreateTask(ctx, Task{ID: fmt.Sprint("t", i), Owner: "g", State: StateWorking}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateTask(ctx, Task{ID: "t4", Owner: "g", State: StateWorking}); !errors.Is(err, ErrFull) {
+		t.Fatalf("5th live task = %v, want ErrFull", err)
+	}
+	// t2 ends before t0: t2 is the oldest terminal, evicted first.
+	for _, id := range []string{"t2", "t0"} {
+		if err := s.UpdateTask(ctx, Task{ID: id, Owner: "g", State: StateCompleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateTask(ctx, Task{ID: "t4", Owner: "g", State: StateWorking}); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := s.Tasks(ctx, TaskFilter{})
+	if !slices.Equal(ids(all), []string{"t0", "t1", "t3", "t4"}) {
+		t.Fatalf("after eviction %v, want t2 gone", ids(all))
+	}
+	// The order of ending survives a restart.
+	s.Close()
+	s = openTest(t, path, Options{MaxTasks: 4})
+	if err := s.CreateTask(ctx, Task{ID: "t5", Owner: "g", State: StateWorking}); err != nil {
+		t.Fatal(err)
+	}
+	all, _ = s.Tasks(ctx, TaskFilter{})
+	if !slices.Equal(ids(all), []string{"t1", "t3", "t4", "t5"}) {
+		t.Fatalf("after restart and eviction %v", ids(all))
+	}
+	if err := s.CreateTask(ctx, Task{ID: "t6", Owner: "g", State: StateWorking}); !errors.Is(err, ErrFull) {
+		t.Fatalf("all live again = %v", err)
+	}
+}
+
+func TestTaskByteBounds(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, tempDB(t), Options{MaxTaskHistoryBytes: 100, MaxTaskArtifactBytes: 50, MaxStoredBytes: 240})
+	big := []byte(strings.Repeat("h", 101))
+	if err := s.CreateTask(ctx, Task{ID: "a", Owner: "g", State: StateWorking, History: big}); !errors.Is(err, ErrTooBig) {
+		t.Fatalf("history over bound = %v", err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "a", Owner: "g", State: StateWorking, Artifacts: big[:51]}); !errors.Is(err, ErrTooBig) {
+		t.Fatalf("artifacts over bound = %v", err)
+	}
+	h := []byte(strings.Repeat("h", 100))
+	for _, id := range []string{"a", "b"} {
+		if err := s.CreateTask(ctx, Task{ID: id, Owner: "g", State: StateWorking, History: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 200 of 240 bytes live: 100 more do not fit and nothing is terminal.
+	if err := s.CreateTask(ctx, Task{ID: "c", Owner: "g", State: StateWorking, History: h}); !errors.Is(err, ErrFull) {
+		t.Fatalf("over the total = %v, want ErrFull", err)
+	}
+	// A task growing is bounded the same way.
+	if err := s.UpdateTask(ctx, Task{ID: "a", Owner: "g", State: StateWorking, History: h, Artifacts: []byte(strings.Repeat("a", 50))}); !errors.Is(err, ErrFull) {
+		t.Fatalf("growing over the total = %v, want ErrFull", err)
+	}
+	if err := s.UpdateTask(ctx, Task{ID: "a", Owner: "g", State: StateCompleted, History: h}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "c", Owner: "g", State: StateWorking, History: h}); err != nil {
+		t.Fatalf("with a terminal task to evict = %v", err)
+	}
+	all, _ := s.Tasks(ctx, TaskFilter{})
+	if !slices.Equal(ids(all), []string{"b", "c"}) {
+		t.Fatalf("tasks %v, want a evicted", ids(all))
+	}
+}
+
+// Refused writes in one group commit do not undo the others.
+func TestGroupCommitIsolatesRefusedWrites(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, tempDB(t), Options{MaxTasks: 64})
+	var wg sync.WaitGroup
+	errs := make([]error, 128)
+	for i := range 128 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.CreateTask(ctx, Task{ID: fmt.Sprint("t", i%96), Owner: "g", State: StateWorking})
+		}()
+	}
+	wg.Wait()
+	var ok, exists, full int
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrExists):
+			exists++
+		case errors.Is(err, ErrFull):
+			full++
+		default:
+			t.Fatal(err)
+		}
+	}
+	total, _, _ := s.TaskCount(ctx)
+	if ok != 64 || total != 64 || ok+exists+full != 128 {
+		t.Fatalf("ok %d exists %d full %d stored %d", ok, exists, full, total)
+	}
+	if s.st.tasks != 64 {
+		t.Fatalf("writer counts %d tasks, the table %d", s.st.tasks, total)
+	}
+}
+
+func TestContextsLRU(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, tempDB(t), Options{MaxContexts: 2})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	put := func(owner, c, up string, at int) {
+		t.Helper()
+		if err := s.PutContext(ctx, ContextLink{Owner: owner, ContextID: c, Upstream: up, Used: t0.Add(time.Duration(at) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("g1", "a", "up-a", 1)
+	put("g2", "a", "up-b", 2)
+	put("g1", "a", "up-a", 3) // refreshed: g2/a is now the least recently used
+	put("g1", "c", "up-c", 4)
+	got, _ := s.Contexts(ctx)
+	if len(got) != 2 || got[0].Owner != "g1" || got[0].ContextID != "a" || got[1].ContextID != "c" {
+		t.Fatalf("contexts %+v", got)
+	}
+	s.DeleteContexts(ctx, "g1")
+	if got, _ := s.Contexts(ctx); len(got) != 0 {
+		t.Fatalf("after DeleteContexts %+v", got)
+	}
+	if err := s.PutContext(ctx, ContextLink{Owner: "g"}); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+}
+
+func TestApprovals(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	s, _ := Open(path, Options{MaxApprovals: 2})
+	exp := time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)
+	a := Approval{ID: "ap1", Kind: ApprovalPairing, Peer: "phone", Via: "lan", Summary: "pair as phone",
+		Scopes: []string{"agent", "node"}, Expires: exp}
+	if err := s.PutApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutApproval(ctx, a); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate = %v", err)
+	}
+	if err := s.PutApproval(ctx, Approval{ID: "ap2", Kind: ApprovalDelegation, GrantID: "g1", TaskID: "t1", Expires: exp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutApproval(ctx, Approval{ID: "ap3", Kind: ApprovalCapability, Expires: exp}); !errors.Is(err, ErrFull) {
+		t.Fatalf("over MaxApprovals = %v", err)
+	}
+	if err := s.PutApproval(ctx, Approval{ID: "ap4", Kind: "bribe", Expires: exp}); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s = openTest(t, path, Options{MaxApprovals: 2})
+	got, _ := s.Approvals(ctx)
+	if len(got) != 2 || got[0].ID != "ap1" || !slices.Equal(got[0].Scopes, []string{"agent", "node"}) || !got[0].Expires.Equal(exp) {
+		t.Fatalf("after restart %+v", got)
+	}
+	e, err := s.ResolveApproval(ctx, "ap2", Entry{Kind: KindApproval, GrantID: "g1", Subject: "run device.info",
+		Result: "approved", DecidedBy: "owner", DecidedVia: WhereTray, TaskID: "t1"})
+	if err != nil || e.Seq != 1 {
+		t.Fatalf("ResolveApproval = %+v, %v", e, err)
+	}
+	if _, err := s.ResolveApproval(ctx, "ap2", Entry{Kind: KindApproval}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second decision = %v", err)
+	}
+	entries, _ := s.Query(ctx, Filter{})
+	if len(entries) != 1 {
+		t.Fatalf("a refused decision was audited: %d entries", len(entries))
+	}
+	if err := s.DeleteApproval(ctx, "ap1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Approvals(ctx); len(got) != 0 {
+		t.Fatalf("left %+v", got)
+	}
+	if s.st.approvals != 0 {
+		t.Fatalf("writer counts %d approvals", s.st.approvals)
+	}
+}
+
+func TestOutboundBound(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, tempDB(t), Options{MaxOutbound: 3, MaxOutboundBytes: 10})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	put := func(id string, st State, following bool, at int) error {
+		return s.PutOutbound(ctx, Outbound{ID: id, Agent: "ag", State: st, Following: following,
+			Created: t0.Add(time.Duration(at) * time.Second)})
+	}
+	if err := put("a", StateWorking, true, 1); err != nil {
+		t.Fatal(err)
+	}
+	put("b", StateWorking, false, 2)
+	put("c", StateCompleted, false, 3)
+	// Full: the oldest terminal one nobody follows goes first (c), ...
+	if err := put("d", StateWorking, true, 4); err != nil {
+		t.Fatal(err)
+	}
+	// ... then the oldest one nobody follows (b), ...
+	if err := put("e", StateWorking, true, 5); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.OutboundTasks(ctx)
+	var names []string
+	for _, o := range got {
+		names = append(names, o.ID)
+	}
+	if !slices.Equal(names, []string{"a", "d", "e"}) {
+		t.Fatalf("outbound %v", names)
+	}
+	// ... and with every one followed, a new one is refused.
+	if err := put("f", StateWorking, false, 6); !errors.Is(err, ErrFull) {
+		t.Fatalf("all followed = %v", err)
+	}
+	if err := put("a", StateFailed, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("a", StateWorking, false, 1); !errors.Is(err, ErrTerminal) {
+		t.Fatalf("out of failed = %v", err)
+	}
+	if err := s.PutOutbound(ctx, Outbound{ID: "g", Agent: "ag", State: StateWorking, Artifacts: []byte("12345678901")}); !errors.Is(err, ErrTooBig) {
+		t.Fatalf("artifacts over bound = %v", err)
+	}
+}
+
+func TestPeers(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, tempDB(t), Options{MaxPeers: 1})
+	p := ManualPeer{URL: "https://192.0.2.7:47654", DeviceID: "ABCDEFG-HIJKLMN", Name: "nas"}
+	if err := s.PutPeer(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Name = "nas2"
+	if err := s.PutPeer(ctx, p); err != nil {
+		t.Fatalf("update = %v", err)
+	}
+	if err := s.PutPeer(ctx, ManualPeer{URL: "https://198.51.100.1"}); !errors.Is(err, ErrFull) {
+		t.Fatalf("over MaxPeers = %v", err)
+	}
+	if err := s.PutPeer(ctx, ManualPeer{URL: "http://x"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("http = %v", err)
+	}
+	got, _ := s.Peers(ctx)
+	if len(got) != 1 || got[0].Name != "nas2" {
+		t.Fatalf("peers %+v", got)
+	}
+	if err := s.DeletePeer(ctx, p.URL); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePeer(ctx, p.URL); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+}
+
+func TestParseState(t *testing.T) {
+	for in, want := range map[string]State{
+		"completed": StateCompleted, "TASK_STATE_INPUT_REQUIRED": StateInputRequired,
+		"TASK_STATE_CANCELED": StateCanceled, "TASK_STATE_CANCELLED": StateCanceled, "rejected": StateRejected,
+	} {
+		if got, err := ParseState(in); err != nil || got != want {
+			t.Errorf("ParseState(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseState("TASK_STATE_UNSPECIFIED"); err == nil {
+		t.Error("unspecified accepted")
+	}
+	if !StateRejected.Terminal() || StateInputRequired.Terminal() || !StateAuthRequired.Interrupted() {
+		t.Error("Terminal/Interrupted")
+	}
+}
