@@ -291,7 +291,7 @@ func (s *Store) Query(ctx context.Context, f Filter) ([]Entry, error) {
 		q += " ORDER BY seq LIMIT ?"
 	}
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +363,7 @@ func (s *Store) Follow(ctx context.Context, f Filter, fn func(Entry) error) erro
 // headSeq is the newest entry's Seq (0 when none).
 func (s *Store) headSeq(ctx context.Context) int64 {
 	var v int64
-	s.db.QueryRowContext(ctx, "SELECT coalesce(max(seq), 0) FROM audit").Scan(&v)
+	s.queryRow(ctx, "SELECT coalesce(max(seq), 0) FROM audit").Scan(&v)
 	return v
 }
 
@@ -399,7 +399,7 @@ func (s *Store) Verify(ctx context.Context) (Verified, error) {
 	var v Verified
 	var anchorHash, headHash []byte
 	var headSeq int64
-	if err := s.db.QueryRowContext(ctx, "SELECT anchor_seq, anchor_hash, head_seq, head_hash FROM audit_chain").
+	if err := s.queryRow(ctx, "SELECT anchor_seq, anchor_hash, head_seq, head_hash FROM audit_chain").
 		Scan(&v.AnchorSeq, &anchorHash, &headSeq, &headHash); err != nil {
 		return v, err
 	}
@@ -408,7 +408,7 @@ func (s *Store) Verify(ctx context.Context) (Verified, error) {
 	want := v.AnchorSeq + 1
 	after := v.AnchorSeq // entries at or below the anchor are outside the chain
 	for {
-		rows, err := s.db.QueryContext(ctx, "SELECT "+entryColumns+" FROM audit WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 2000", after, headSeq)
+		rows, err := s.query(ctx, "SELECT "+entryColumns+" FROM audit WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 2000", after, headSeq)
 		if err != nil {
 			return v, err
 		}

@@ -66,6 +66,14 @@ func crashWriter() {
 					os.Exit(3)
 				}
 				ack("task %s", id)
+				// A task left waiting for its caller: committed before
+				// CreateTask returns.
+				if err := s.CreateTask(ctx, Task{ID: "wait-" + id, Owner: "grant", ContextID: "c", State: StateInputRequired,
+					History: hist, ExecState: []byte(`{"turn":1}`)}); err != nil {
+					fmt.Fprintln(os.Stderr, "create waiting:", err)
+					os.Exit(3)
+				}
+				ack("waiting wait-%s", id)
 				if err := s.PutApproval(ctx, Approval{ID: id, Kind: ApprovalDelegation, GrantID: "grant", Expires: time.Now().Add(time.Hour)}); err != nil {
 					fmt.Fprintln(os.Stderr, "approval:", err)
 					os.Exit(3)
@@ -107,6 +115,7 @@ func TestKillDuringWritesLosesNothingAcknowledged(t *testing.T) {
 			t.Fatal(err)
 		}
 		tasks := map[string]bool{}
+		waiting := map[string]bool{}
 		decisions := map[string]int64{}
 		runs := map[int64]string{}
 		sc := bufio.NewScanner(stdout)
@@ -118,6 +127,8 @@ func TestKillDuringWritesLosesNothingAcknowledged(t *testing.T) {
 			switch f[0] {
 			case "task":
 				tasks[f[1]] = true
+			case "waiting":
+				waiting[f[1]] = true
 			case "decision":
 				seq, _ := strconv.ParseInt(f[2], 10, 64)
 				decisions[f[1]] = seq
@@ -156,6 +167,12 @@ func TestKillDuringWritesLosesNothingAcknowledged(t *testing.T) {
 				t.Fatalf("acknowledged terminal task %s: %+v, %v", id, got.State, err)
 			}
 		}
+		for id := range waiting {
+			got, err := s.Task(ctx, id)
+			if err != nil || got.State != StateInputRequired || string(got.ExecState) != `{"turn":1}` {
+				t.Fatalf("acknowledged input-required task %s: %+v, %v", id, got.State, err)
+			}
+		}
 		pending, _ := s.Approvals(ctx)
 		decided := map[string]bool{}
 		for id := range decisions {
@@ -188,8 +205,8 @@ func TestKillDuringWritesLosesNothingAcknowledged(t *testing.T) {
 		if err != nil {
 			t.Fatalf("audit Verify after kill -9: %v", err)
 		}
-		t.Logf("round %d: killed after %d acks: %d tasks, %d decisions, %d runs acknowledged; %d entries verified",
-			round, n, len(tasks), len(decisions), len(runs), v.Entries)
+		t.Logf("round %d: killed after %d acks: %d terminal and %d input-required tasks, %d decisions, %d runs acknowledged; %d entries verified",
+			round, n, len(tasks), len(waiting), len(decisions), len(runs), v.Entries)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -187,9 +187,7 @@ func (s *Store) loadState(ctx context.Context) error {
 		dst   any
 		query string
 	}{
-		{&s.st.tasks, "SELECT count(*) FROM tasks"},
-		{&s.st.bytes, "SELECT coalesce(sum(bytes), 0) FROM tasks"},
-		{&s.st.ended, "SELECT max(coalesce((SELECT max(ended_seq) FROM tasks), 0), coalesce((SELECT max(ended_seq) FROM outbound), 0))"},
+		{&s.st.ended, "SELECT coalesce(max(ended_seq), 0) FROM outbound"},
 		{&s.st.outbound, "SELECT count(*) FROM outbound"},
 		{&s.st.approvals, "SELECT count(*) FROM approvals"},
 		{&s.st.peers, "SELECT count(*) FROM peers"},
@@ -209,5 +207,5 @@ func (s *Store) loadState(ctx context.Context) error {
 	}
 	copy(s.st.auditHash[:], head)
 	s.st.auditFirst = first.Int64
-	return nil
+	return s.loadIndex(ctx)
 }

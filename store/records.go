@@ -77,7 +77,7 @@ func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 
 // Approvals returns the pending approvals, oldest first.
 func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, kind, grant_id, peer, device_id, os, via, addr, tailnet_user,
+	rows, err := s.query(ctx, `SELECT id, kind, grant_id, peer, device_id, os, via, addr, tailnet_user,
 		tailnet_node, summary, detail, scopes, task_id, created, expires FROM approvals ORDER BY created, id`)
 	if err != nil {
 		return nil, err
@@ -237,7 +237,7 @@ func (s *Store) PutOutbound(ctx context.Context, o Outbound) error {
 
 // OutboundTasks returns the outbound tasks, oldest first.
 func (s *Store) OutboundTasks(ctx context.Context) ([]Outbound, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, task_id, context_id, agent, agent_name, agent_kind, request, state,
+	rows, err := s.query(ctx, `SELECT id, task_id, context_id, agent, agent_name, agent_kind, request, state,
 		message, error, following, streaming, artifacts, truncated, created, updated FROM outbound ORDER BY created, id`)
 	if err != nil {
 		return nil, err
@@ -312,7 +312,7 @@ func (s *Store) DeletePeer(ctx context.Context, url string) error {
 
 // Peers returns the peers added by hand, oldest first.
 func (s *Store) Peers(ctx context.Context) ([]ManualPeer, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT url, device_id, fingerprint, name, added FROM peers ORDER BY added, url")
+	rows, err := s.query(ctx, "SELECT url, device_id, fingerprint, name, added FROM peers ORDER BY added, url")
 	if err != nil {
 		return nil, err
 	}

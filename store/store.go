@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -119,6 +120,9 @@ var (
 	ErrCorrupt = errors.New("store: database is corrupt")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrFailed: a commit failed (disk full, I/O error); the store takes
+	// no more writes until it is reopened. It wraps the cause.
+	ErrFailed = errors.New("store: a database write failed")
 )
 
 // CorruptError is Open's error for a file that is not a readable meshtray
@@ -145,11 +149,18 @@ type Store struct {
 	db   *sql.DB // readers; the writer has its own connection
 	wc   *sql.Conn
 
+	wstmts map[string]*sql.Stmt // prepared on wc; the writer's
+	rstmts sync.Map             // query -> *sql.Stmt on db
+
 	// mu guards closed and sending on ops (Close waits for senders).
 	mu     sync.RWMutex
 	closed bool
 	ops    chan *op
 	done   chan struct{} // closed when the writer has stopped
+	behind atomic.Int64  // write-behind ops queued, not yet committed
+	failed atomic.Pointer[error]
+
+	idx taskIndex
 
 	// st is the writer's state; only the writer goroutine touches it
 	// after Open.
@@ -162,9 +173,7 @@ type Store struct {
 // writerState is what the writer keeps in memory across batches; a batch
 // works on a copy and keeps it only when it commits.
 type writerState struct {
-	tasks      int
-	bytes      int64 // history + artifact bytes of all tasks
-	ended      int64 // last ended_seq given to a terminal task or outbound task
+	ended      int64 // last ended_seq given to a terminal outbound task
 	outbound   int
 	approvals  int
 	peers      int
@@ -219,6 +228,8 @@ func Open(path string, opts Options) (*Store, error) {
 		ops:  make(chan *op, 1024),
 		done: make(chan struct{}),
 		subs: make(map[chan struct{}]struct{}),
+
+		wstmts: make(map[string]*sql.Stmt),
 	}
 	ctx := context.Background()
 	if err := s.open(ctx); err != nil {
@@ -382,6 +393,13 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	<-s.done
 	ctx := context.Background()
+	for _, st := range s.wstmts {
+		st.Close()
+	}
+	s.rstmts.Range(func(_, v any) bool {
+		v.(*sql.Stmt).Close()
+		return true
+	})
 	_, cerr := s.wc.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
 	err := errors.Join(s.wc.Close(), s.db.Close())
 	if err == nil && cerr != nil {

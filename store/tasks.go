@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -115,34 +116,173 @@ func (s *Store) checkTask(t *Task) error {
 	return nil
 }
 
+// taskIndex is what the store knows of its tasks in memory, so a task
+// write is admitted (bounds, duplicates, owner, terminal state) when it is
+// made and only its rows go to the writer: the rules are the in-memory
+// engine's (a2a.Server.reserveLocked and evictLocked), and the writer's
+// statements cannot refuse.
+type taskIndex struct {
+	mu    sync.Mutex
+	byID  map[string]*taskMeta
+	ended []*taskMeta // terminal tasks in the order they ended, from head
+	head  int
+	bytes int64 // history + artifact bytes of every stored task
+	seq   int64 // last ended_seq given
+}
+
+type taskMeta struct {
+	id    string
+	owner string
+	bytes int64
+	ended int64 // ended_seq; 0 while live
+	gone  bool  // deleted or evicted (still in ended until popped)
+}
+
+// loadIndex reads the index from the tasks table.
+func (s *Store) loadIndex(ctx context.Context) error {
+	s.idx.byID = make(map[string]*taskMeta)
+	rows, err := s.wc.QueryContext(ctx, "SELECT id, owner, bytes, coalesce(ended_seq, 0) FROM tasks ORDER BY ended_seq IS NULL, ended_seq")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m := &taskMeta{}
+		if err := rows.Scan(&m.id, &m.owner, &m.bytes, &m.ended); err != nil {
+			return err
+		}
+		s.idx.byID[m.id] = m
+		s.idx.bytes += m.bytes
+		if m.ended != 0 {
+			s.idx.ended = append(s.idx.ended, m)
+			s.idx.seq = max(s.idx.seq, m.ended)
+		}
+	}
+	return rows.Err()
+}
+
+// victimsLocked returns the oldest terminal tasks to evict so that one
+// more task (when newTask) and grow more bytes fit, without changing the
+// index; ErrFull when live tasks alone leave no room.
+func (s *Store) victimsLocked(newTask bool, grow int64) ([]*taskMeta, error) {
+	x := &s.idx
+	count, bytes := len(x.byID), x.bytes
+	var out []*taskMeta
+	i := x.head
+	for (newTask && count >= s.opts.MaxTasks) || bytes+grow > s.opts.MaxStoredBytes {
+		for i < len(x.ended) && x.ended[i].gone {
+			i++
+		}
+		if i >= len(x.ended) {
+			if newTask && count >= s.opts.MaxTasks {
+				return nil, fmt.Errorf("%w: %d tasks are stored and all are live", ErrFull, count)
+			}
+			return nil, fmt.Errorf("%w: live tasks hold %d bytes of messages and artifacts", ErrFull, bytes)
+		}
+		v := x.ended[i]
+		i++
+		out = append(out, v)
+		count--
+		bytes -= v.bytes
+	}
+	return out, nil
+}
+
+// removeLocked drops m from the index (its ended entry is skipped later).
+func (s *Store) removeLocked(m *taskMeta) {
+	x := &s.idx
+	m.gone = true
+	delete(x.byID, m.id)
+	x.bytes -= m.bytes
+	for x.head < len(x.ended) && x.ended[x.head].gone {
+		x.ended[x.head] = nil
+		x.head++
+	}
+	if x.head > 64 && x.head*2 > len(x.ended) {
+		n := copy(x.ended, x.ended[x.head:])
+		clear(x.ended[n:])
+		x.ended = x.ended[:n]
+		x.head = 0
+	}
+}
+
+// endLocked books m as terminal now and returns its ended_seq.
+func (s *Store) endLocked(m *taskMeta) int64 {
+	s.idx.seq++
+	m.ended = s.idx.seq
+	s.idx.ended = append(s.idx.ended, m)
+	return m.ended
+}
+
+// taskWriteLocked queues an admitted task write: write-behind for submitted and
+// working (nothing was acknowledged that a restart must keep), committed
+// for input-required and auth-required (the caller was asked), synced for
+// a terminal state. The caller holds s.idx.mu, so writes reach the queue in
+// the order they were admitted.
+func (s *Store) taskWriteLocked(st State, fn func(b *batch) error) (wait chan error, err error) {
+	o := &op{fn: fn, durable: st.Terminal()}
+	if st.Terminal() || st.Interrupted() {
+		o.done = make(chan error, 1)
+	}
+	// Not ctx: the index already counts the write, so it must be queued
+	// (the writer always drains the queue).
+	if err := s.enqueue(context.Background(), o); err != nil {
+		return nil, err
+	}
+	return o.done, nil
+}
+
+func deleteVictims(b *batch, victims []*taskMeta) error {
+	for _, v := range victims {
+		if _, err := b.exec("DELETE FROM tasks WHERE id = ?", v.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CreateTask stores a new task. To make room it evicts the oldest terminal
 // tasks (in the order they ended, like the in-memory store), never a live
 // one: with MaxTasks live tasks stored, or live tasks holding
 // MaxStoredBytes, it is refused with ErrFull. Other errors: ErrExists,
-// ErrTooBig, ErrInvalid. It returns once committed (synced when the task is
-// created terminal).
+// ErrTooBig, ErrInvalid, ErrFailed, ErrClosed.
+//
+// A task created submitted or working is written behind: CreateTask
+// returns once the write is admitted and queued, and the next group commit
+// (normally within a millisecond) carries it; reads see it at once.
+// Created input-required or auth-required, it returns once committed;
+// created terminal, once synced to the disk.
 func (s *Store) CreateTask(ctx context.Context, t Task) error {
 	if err := s.checkTask(&t); err != nil {
 		return err
 	}
-	return s.write(ctx, t.State.Terminal(), func(b *batch) error {
-		// A refused write's evictions are undone with its savepoint.
-		for b.st.tasks >= s.opts.MaxTasks {
-			ok, err := s.evictTask(b)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("%w: %d tasks are stored and all are live", ErrFull, b.st.tasks)
-			}
-		}
-		if err := s.reserveTaskBytes(b, t.bytes()); err != nil {
+	s.idx.mu.Lock()
+	if _, ok := s.idx.byID[t.ID]; ok {
+		s.idx.mu.Unlock()
+		return fmt.Errorf("%w: task %s", ErrExists, t.ID)
+	}
+	victims, err := s.victimsLocked(true, t.bytes())
+	if err != nil {
+		s.idx.mu.Unlock()
+		return err
+	}
+	if err := s.failure(); err != nil {
+		s.idx.mu.Unlock()
+		return err
+	}
+	for _, v := range victims {
+		s.removeLocked(v)
+	}
+	m := &taskMeta{id: t.ID, owner: t.Owner, bytes: t.bytes()}
+	s.idx.byID[t.ID] = m
+	s.idx.bytes += m.bytes
+	var ended any
+	if t.State.Terminal() {
+		ended = s.endLocked(m)
+	}
+	wait, err := s.taskWriteLocked(t.State, func(b *batch) error {
+		if err := deleteVictims(b, victims); err != nil {
 			return err
-		}
-		var ended any
-		if t.State.Terminal() {
-			b.st.ended++
-			ended = b.st.ended
 		}
 		_, err := b.exec(`INSERT INTO tasks (id, owner, context_id, state, caller, via, summary, approved_summary,
 			status, history, artifacts, exec_state, turns, bytes, created, updated, approval_deadline, ended_seq)
@@ -150,57 +290,24 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 			t.ID, t.Owner, t.ContextID, string(t.State), t.Caller, t.Via, t.Summary, t.ApprovedSummary,
 			t.Status, t.History, t.Artifacts, t.ExecState, t.Turns, t.bytes(), ns(t.Created), ns(t.Updated),
 			ns(t.ApprovalDeadline), ended)
-		if err != nil {
-			if isUniqueViolation(err) {
-				return fmt.Errorf("%w: task %s", ErrExists, t.ID)
-			}
-			return err
-		}
-		b.st.tasks++
-		b.st.bytes += t.bytes()
-		return nil
+		return err
 	})
-}
-
-// reserveTaskBytes evicts terminal tasks until n more bytes fit.
-func (s *Store) reserveTaskBytes(b *batch, n int64) error {
-	for b.st.bytes+n > s.opts.MaxStoredBytes {
-		ok, err := s.evictTask(b)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: live tasks hold %d bytes of messages and artifacts", ErrFull, b.st.bytes)
-		}
+	s.idx.mu.Unlock()
+	if err != nil || wait == nil {
+		return err
 	}
-	return nil
-}
-
-// evictTask deletes the oldest terminal task; false when there is none.
-func (s *Store) evictTask(b *batch) (bool, error) {
-	var id string
-	var n int64
-	err := b.queryRow("SELECT id, bytes FROM tasks WHERE ended_seq IS NOT NULL ORDER BY ended_seq LIMIT 1").Scan(&id, &n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if _, err := b.exec("DELETE FROM tasks WHERE id = ?", id); err != nil {
-		return false, err
-	}
-	b.st.tasks--
-	b.st.bytes -= n
-	return true, nil
+	return <-wait
 }
 
 // UpdateTask replaces the stored task t.ID of t.Owner (another owner's
-// task is ErrNotFound, as a missing one; Created stays as stored). A terminal task takes no update (ErrTerminal): no transition
-// leaves a terminal state. Growing bytes may evict terminal tasks (ErrFull
-// when only live ones are left). A task reaching a terminal state is synced
-// to the disk before UpdateTask returns; any other update is committed.
-// Errors: ErrNotFound, ErrTerminal, ErrTooBig, ErrFull, ErrInvalid.
+// task is ErrNotFound, as a missing one; Created stays as stored). A
+// terminal task takes no update (ErrTerminal): no transition leaves a
+// terminal state. Growing bytes may evict terminal tasks (ErrFull when
+// only live ones are left). Durability as for CreateTask, by t.State:
+// submitted and working are written behind, input-required and
+// auth-required committed, a terminal state synced to the disk before
+// UpdateTask returns. Errors: ErrNotFound, ErrTerminal, ErrTooBig, ErrFull,
+// ErrInvalid, ErrFailed, ErrClosed.
 func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	if t.Updated.IsZero() {
 		t.Updated = s.now()
@@ -208,57 +315,74 @@ func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	if err := s.checkTask(&t); err != nil {
 		return err
 	}
-	return s.write(ctx, t.State.Terminal(), func(b *batch) error {
-		var old, owner string
-		var oldBytes int64
-		err := b.queryRow("SELECT state, owner, bytes FROM tasks WHERE id = ?", t.ID).Scan(&old, &owner, &oldBytes)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != t.Owner) {
-			return fmt.Errorf("%w: task %s", ErrNotFound, t.ID)
-		}
-		if err != nil {
+	s.idx.mu.Lock()
+	m := s.idx.byID[t.ID]
+	if m == nil || m.owner != t.Owner {
+		s.idx.mu.Unlock()
+		return fmt.Errorf("%w: task %s", ErrNotFound, t.ID)
+	}
+	if m.ended != 0 {
+		s.idx.mu.Unlock()
+		return fmt.Errorf("%w: task %s has ended", ErrTerminal, t.ID)
+	}
+	// m is live, so it is never among the victims.
+	victims, err := s.victimsLocked(false, t.bytes()-m.bytes)
+	if err != nil {
+		s.idx.mu.Unlock()
+		return err
+	}
+	if err := s.failure(); err != nil {
+		s.idx.mu.Unlock()
+		return err
+	}
+	for _, v := range victims {
+		s.removeLocked(v)
+	}
+	s.idx.bytes += t.bytes() - m.bytes
+	m.bytes = t.bytes()
+	var ended any
+	if t.State.Terminal() {
+		ended = s.endLocked(m)
+	}
+	wait, err := s.taskWriteLocked(t.State, func(b *batch) error {
+		if err := deleteVictims(b, victims); err != nil {
 			return err
 		}
-		if State(old).Terminal() {
-			return fmt.Errorf("%w: task %s is %s", ErrTerminal, t.ID, old)
-		}
-		if grow := t.bytes() - oldBytes; grow > 0 {
-			// The task itself is live, so eviction never takes it.
-			if err := s.reserveTaskBytes(b, grow); err != nil {
-				return err
-			}
-		}
-		var ended any
-		if t.State.Terminal() {
-			b.st.ended++
-			ended = b.st.ended
-		}
-		if _, err := b.exec(`UPDATE tasks SET context_id = ?, state = ?, caller = ?, via = ?, summary = ?,
+		_, err := b.exec(`UPDATE tasks SET context_id = ?, state = ?, caller = ?, via = ?, summary = ?,
 			approved_summary = ?, status = ?, history = ?, artifacts = ?, exec_state = ?, turns = ?, bytes = ?,
 			updated = ?, approval_deadline = ?, ended_seq = ? WHERE id = ?`,
 			t.ContextID, string(t.State), t.Caller, t.Via, t.Summary, t.ApprovedSummary, t.Status, t.History,
-			t.Artifacts, t.ExecState, t.Turns, t.bytes(), ns(t.Updated), ns(t.ApprovalDeadline), ended, t.ID); err != nil {
-			return err
-		}
-		b.st.bytes += t.bytes() - oldBytes
-		return nil
+			t.Artifacts, t.ExecState, t.Turns, t.bytes(), ns(t.Updated), ns(t.ApprovalDeadline), ended, t.ID)
+		return err
 	})
+	s.idx.mu.Unlock()
+	if err != nil || wait == nil {
+		return err
+	}
+	return <-wait
 }
 
-// DeleteTask removes task id (ErrNotFound when there is none).
+// DeleteTask removes task id (ErrNotFound when there is none). It returns
+// once committed.
 func (s *Store) DeleteTask(ctx context.Context, id string) error {
-	return s.write(ctx, false, func(b *batch) error {
-		var n int64
-		err := b.queryRow("DELETE FROM tasks WHERE id = ? RETURNING bytes", id).Scan(&n)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: task %s", ErrNotFound, id)
-		}
-		if err != nil {
-			return err
-		}
-		b.st.tasks--
-		b.st.bytes -= n
-		return nil
-	})
+	s.idx.mu.Lock()
+	m := s.idx.byID[id]
+	if m == nil {
+		s.idx.mu.Unlock()
+		return fmt.Errorf("%w: task %s", ErrNotFound, id)
+	}
+	if err := s.failure(); err != nil {
+		s.idx.mu.Unlock()
+		return err
+	}
+	s.removeLocked(m)
+	o := &op{fn: func(b *batch) error { return deleteVictims(b, []*taskMeta{m}) }, done: make(chan error, 1)}
+	err := s.enqueue(context.Background(), o) // the index already dropped it
+	s.idx.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return <-o.done
 }
 
 const taskColumns = `id, owner, context_id, state, caller, via, summary, approved_summary, status, history,
@@ -277,7 +401,10 @@ func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
 
 // Task returns task id (ErrNotFound when there is none).
 func (s *Store) Task(ctx context.Context, id string) (Task, error) {
-	t, err := scanTask(s.db.QueryRowContext(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id))
+	if err := s.settle(ctx); err != nil {
+		return Task{}, err
+	}
+	t, err := scanTask(s.queryRow(ctx, "SELECT "+taskColumns+" FROM tasks WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Task{}, fmt.Errorf("%w: task %s", ErrNotFound, id)
 	}
@@ -293,6 +420,9 @@ type TaskFilter struct {
 
 // Tasks returns the tasks matching f, oldest first (by creation).
 func (s *Store) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
 	q := "SELECT " + taskColumns + " FROM tasks WHERE 1=1"
 	var args []any
 	if f.Owner != "" {
@@ -307,7 +437,7 @@ func (s *Store) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 		q += " AND ended_seq IS NULL"
 	}
 	q += " ORDER BY created, id"
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +455,10 @@ func (s *Store) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 
 // TaskCount returns the number of stored tasks and of live ones.
 func (s *Store) TaskCount(ctx context.Context) (total, live int, err error) {
-	err = s.db.QueryRowContext(ctx, "SELECT count(*), count(*) - count(ended_seq) FROM tasks").Scan(&total, &live)
+	if err := s.settle(ctx); err != nil {
+		return 0, 0, err
+	}
+	err = s.queryRow(ctx, "SELECT count(*), count(*) - count(ended_seq) FROM tasks").Scan(&total, &live)
 	return total, live, err
 }
 
@@ -371,7 +504,7 @@ func (s *Store) PutContext(ctx context.Context, l ContextLink) error {
 
 // Contexts returns every link, least recently used first.
 func (s *Store) Contexts(ctx context.Context) ([]ContextLink, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT owner, context_id, upstream, used FROM contexts ORDER BY used")
+	rows, err := s.query(ctx, "SELECT owner, context_id, upstream, used FROM contexts ORDER BY used")
 	if err != nil {
 		return nil, err
 	}

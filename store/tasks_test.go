@@ -213,8 +213,8 @@ func TestGroupCommitIsolatesRefusedWrites(t *testing.T) {
 	if ok != 64 || total != 64 || ok+exists+full != 128 {
 		t.Fatalf("ok %d exists %d full %d stored %d", ok, exists, full, total)
 	}
-	if s.st.tasks != 64 {
-		t.Fatalf("writer counts %d tasks, the table %d", s.st.tasks, total)
+	if n := len(s.idx.byID); n != 64 {
+		t.Fatalf("the index counts %d tasks, the table %d", n, total)
 	}
 }
 
@@ -384,5 +384,69 @@ func TestParseState(t *testing.T) {
 	}
 	if !StateRejected.Terminal() || StateInputRequired.Terminal() || !StateAuthRequired.Interrupted() {
 		t.Error("Terminal/Interrupted")
+	}
+}
+
+// A write-behind write that the database refuses is never silent: the
+// store takes no more writes and says why, and reads that would miss it
+// fail too.
+func TestFailedWriteBehindStopsWrites(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	s := openTest(t, path, Options{})
+	db := rawDB(t, path)
+	if _, err := db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON tasks WHEN NEW.id = 'boom'
+		BEGIN SELECT RAISE(ABORT, 'disk says no'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "ok", Owner: "g", State: StateWorking}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "boom", Owner: "g", State: StateWorking}); err != nil {
+		t.Fatalf("write-behind CreateTask = %v, want it queued", err)
+	}
+	_, err := s.Task(ctx, "boom")
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk says no") {
+		t.Fatalf("read after the failed write = %v, want ErrFailed with the cause", err)
+	}
+	if err := s.UpdateTask(ctx, Task{ID: "ok", Owner: "g", State: StateCompleted}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("later write = %v, want ErrFailed", err)
+	}
+	if _, err := s.Append(ctx, Entry{Kind: KindLAN, Result: "on"}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("later audit append = %v, want ErrFailed", err)
+	}
+	// Reopened, the store holds what was committed before the failure.
+	s.Close()
+	db.Exec("DROP TRIGGER refuse")
+	s2 := openTest(t, path, Options{})
+	if _, err := s2.Task(ctx, "boom"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("refused task after reopen: %v", err)
+	}
+}
+
+// Write-behind writes are seen by the next read and kept by Close.
+func TestWriteBehindReadAndClose(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	s, _ := Open(path, Options{})
+	for i := range 200 {
+		if err := s.CreateTask(ctx, Task{ID: fmt.Sprint("w", i), Owner: "g", State: StateSubmitted}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 100 {
+			if got, err := s.Task(ctx, "w100"); err != nil || got.State != StateSubmitted {
+				t.Fatalf("read right after a write-behind write: %v", err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, path, Options{})
+	if total, live, _ := s.TaskCount(ctx); total != 200 || live != 200 {
+		t.Fatalf("after Close and reopen: %d tasks, %d live", total, live)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,52 +5,168 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 )
 
 // maxBatch bounds the writes one transaction carries.
 const maxBatch = 256
 
-// op is one write: fn runs inside the batch's transaction, in its own
-// SAVEPOINT; durable asks for the commit to be synced to the disk.
+// op is one write: fn runs inside the batch's transaction; durable asks
+// for the commit to be synced to the disk. A checked op (one that may
+// refuse itself after changing rows) runs in its own SAVEPOINT; an
+// unchecked op was admitted before it was queued (the task index), so its
+// failure is the database's and fails the batch. done is nil for a
+// write-behind op.
 type op struct {
 	fn      func(b *batch) error
 	durable bool
+	checked bool
 	done    chan error
 }
 
 // batch is the transaction a group of writes shares, and the copy of the
-// writer's state it works on.
+// writer's state it works on. The transaction is the writer connection's
+// own BEGIN ... COMMIT (not a database/sql Tx, which would prepare every
+// statement again), so statements stay prepared across batches.
 type batch struct {
+	s   *Store
 	ctx context.Context
-	tx  *sql.Tx
 	st  writerState
 }
 
 func (b *batch) exec(query string, args ...any) (sql.Result, error) {
-	return b.tx.ExecContext(b.ctx, query, args...)
+	st, err := b.s.wstmt(b.ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(b.ctx, args...)
 }
 
 func (b *batch) queryRow(query string, args ...any) *sql.Row {
-	return b.tx.QueryRowContext(b.ctx, query, args...)
+	st, err := b.s.wstmt(b.ctx, query)
+	if err != nil {
+		// A Row carrying the error: Scan returns it.
+		return b.s.wc.QueryRowContext(b.ctx, query, args...)
+	}
+	return st.QueryRowContext(b.ctx, args...)
 }
 
-// write queues fn and waits until the transaction holding it committed (or
-// failed). Once queued, the write is carried out even if ctx ends; ctx only
-// bounds the wait for room in the queue.
+// wstmt returns query prepared on the writer connection. Only the writer
+// goroutine (and Open, before it starts) calls it.
+func (s *Store) wstmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := s.wstmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := s.wc.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.wstmts[query] = st
+	return st, nil
+}
+
+// rstmt returns query prepared for the readers (database/sql prepares it
+// on each reader connection once and keeps it).
+func (s *Store) rstmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := s.rstmts.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := s.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := s.rstmts.LoadOrStore(query, st); loaded {
+		st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+// query runs a read on the reader pool with a cached statement.
+func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.rstmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// queryRow is query for one row.
+func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := s.rstmt(ctx, query)
+	if err != nil {
+		return s.db.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// write queues a checked fn and waits until the transaction holding it
+// committed (or failed). Once queued, the write is carried out even if ctx
+// ends; ctx only bounds the wait for room in the queue.
 func (s *Store) write(ctx context.Context, durable bool, fn func(b *batch) error) error {
-	o := &op{fn: fn, durable: durable, done: make(chan error, 1)}
+	o := &op{fn: fn, durable: durable, checked: true, done: make(chan error, 1)}
+	if err := s.enqueue(ctx, o); err != nil {
+		return err
+	}
+	return <-o.done
+}
+
+// enqueue hands o to the writer.
+func (s *Store) enqueue(ctx context.Context, o *op) error {
+	if err := s.failure(); err != nil {
+		return err
+	}
 	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.closed {
-		s.mu.RUnlock()
 		return ErrClosed
+	}
+	if o.done == nil {
+		s.behind.Add(1)
 	}
 	select {
 	case s.ops <- o:
+		return nil
 	case <-ctx.Done():
-		s.mu.RUnlock()
+		if o.done == nil {
+			s.behind.Add(-1)
+		}
 		return ctx.Err()
 	}
-	s.mu.RUnlock()
+}
+
+// failure is the error that stopped the writer, or nil.
+func (s *Store) failure() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// settle makes a read see every write-behind write queued before it: when
+// one is still queued, it waits for an empty write queued after it (the
+// writer commits in queue order).
+func (s *Store) settle(ctx context.Context) error {
+	if s.behind.Load() == 0 {
+		return nil
+	}
+	o := &op{fn: func(*batch) error { return nil }, done: make(chan error, 1)}
+	if err := s.enqueue(ctx, o); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil // Close committed everything queued
+		}
+		return err
+	}
+	return <-o.done
+}
+
+// Flush waits until every write queued so far, write-behind ones included,
+// is committed.
+func (s *Store) Flush(ctx context.Context) error {
+	o := &op{fn: func(*batch) error { return nil }, durable: true, done: make(chan error, 1)}
+	if err := s.enqueue(ctx, o); err != nil {
+		return err
+	}
 	return <-o.done
 }
 
@@ -65,6 +181,10 @@ func (s *Store) writer() {
 			return
 		}
 		batch = append(batch[:0], o)
+		// Let the callers that are runnable now queue their writes too:
+		// one yield turns a stream of single-write commits from many
+		// callers into one commit for all of them.
+		runtime.Gosched()
 	drain:
 		for len(batch) < maxBatch {
 			select {
@@ -90,9 +210,21 @@ func (s *Store) runBatch(ops []*op) {
 	}
 	durable = durable && s.opts.Durability == DurableSync
 	errs := make([]error, len(ops))
-	fail := func(err error) {
-		for _, o := range ops {
+	answer := func(o *op, err error) {
+		if o.done != nil {
 			o.done <- err
+			return
+		}
+		s.behind.Add(-1)
+	}
+	fail := func(err error) {
+		// The task index already counts the batch's admitted writes: the
+		// database no longer matches it, so no write is taken any more.
+		err = fmt.Errorf("%w: %w", ErrFailed, err)
+		s.failed.CompareAndSwap(nil, &err)
+		s.log.Error("database write failed; the store takes no more writes until it is reopened", "err", err)
+		for _, o := range ops {
+			answer(o, err)
 		}
 	}
 	if durable {
@@ -102,31 +234,47 @@ func (s *Store) runBatch(ops []*op) {
 		}
 		defer s.wc.ExecContext(ctx, "PRAGMA synchronous=NORMAL")
 	}
-	tx, err := s.wc.BeginTx(ctx, nil)
-	if err != nil {
+	run := func(q string) error {
+		st, err := s.wstmt(ctx, q)
+		if err != nil {
+			return err
+		}
+		_, err = st.ExecContext(ctx)
+		return err
+	}
+	rollback := func() { run("ROLLBACK") }
+	if err := run("BEGIN IMMEDIATE"); err != nil {
 		fail(fmt.Errorf("store: begin: %w", err))
 		return
 	}
-	b := &batch{ctx: ctx, tx: tx, st: s.st}
+	b := &batch{s: s, ctx: ctx, st: s.st}
 	b.st.appended = false
 	for i, o := range ops {
+		if !o.checked {
+			if err := o.fn(b); err != nil {
+				rollback()
+				fail(err)
+				return
+			}
+			continue
+		}
 		saved := b.st
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
-			tx.Rollback()
+		if err := run("SAVEPOINT w"); err != nil {
+			rollback()
 			fail(fmt.Errorf("store: savepoint: %w", err))
 			return
 		}
 		if err := o.fn(b); err != nil {
 			errs[i] = err
 			b.st = saved
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
-				tx.Rollback()
+			if err := run("ROLLBACK TO w"); err != nil {
+				rollback()
 				fail(fmt.Errorf("store: rollback to savepoint: %w", err))
 				return
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
-			tx.Rollback()
+		if err := run("RELEASE w"); err != nil {
+			rollback()
 			fail(fmt.Errorf("store: release savepoint: %w", err))
 			return
 		}
@@ -135,13 +283,14 @@ func (s *Store) runBatch(ops []*op) {
 		// Pruning is housekeeping: it must never cost a write.
 		s.log.Warn("pruning the audit trail failed", "err", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := run("COMMIT"); err != nil {
+		rollback()
 		fail(fmt.Errorf("store: commit: %w", err))
 		return
 	}
 	s.st = b.st
 	for i, o := range ops {
-		o.done <- errs[i]
+		answer(o, errs[i])
 	}
 	if b.st.appended {
 		s.notify()
