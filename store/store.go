@@ -162,6 +162,8 @@ type Store struct {
 
 	idx taskIndex
 
+	pendingFrames int // writes since the last checkpoint; the writer's
+
 	// st is the writer's state; only the writer goroutine touches it
 	// after Open.
 	st writerState
@@ -341,6 +343,9 @@ func (s *Store) open(ctx context.Context) error {
 	}
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("store: %s: journal mode is %q, not wal", s.path, mode)
+	}
+	if _, err := wc.ExecContext(ctx, "PRAGMA wal_autocheckpoint=0"); err != nil {
+		return s.classify(err)
 	}
 	var check string
 	if err := wc.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&check); err != nil {

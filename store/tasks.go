@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -131,26 +132,32 @@ type taskIndex struct {
 }
 
 type taskMeta struct {
-	id    string
-	owner string
-	bytes int64
-	ended int64 // ended_seq; 0 while live
-	gone  bool  // deleted or evicted (still in ended until popped)
+	id      string
+	owner   string
+	created time.Time
+	bytes   int64
+	ended   int64 // ended_seq; 0 while live
+	gone    bool  // deleted or evicted (still in ended until popped)
+	// pending is the task as last written behind, until the commit that
+	// carries it: Task reads it from here.
+	pending atomic.Pointer[Task]
 }
 
 // loadIndex reads the index from the tasks table.
 func (s *Store) loadIndex(ctx context.Context) error {
 	s.idx.byID = make(map[string]*taskMeta)
-	rows, err := s.wc.QueryContext(ctx, "SELECT id, owner, bytes, coalesce(ended_seq, 0) FROM tasks ORDER BY ended_seq IS NULL, ended_seq")
+	rows, err := s.wc.QueryContext(ctx, "SELECT id, owner, created, bytes, coalesce(ended_seq, 0) FROM tasks ORDER BY ended_seq IS NULL, ended_seq")
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		m := &taskMeta{}
-		if err := rows.Scan(&m.id, &m.owner, &m.bytes, &m.ended); err != nil {
+		var created int64
+		if err := rows.Scan(&m.id, &m.owner, &created, &m.bytes, &m.ended); err != nil {
 			return err
 		}
+		m.created = fromNS(created)
 		s.idx.byID[m.id] = m
 		s.idx.bytes += m.bytes
 		if m.ended != 0 {
@@ -219,10 +226,17 @@ func (s *Store) endLocked(m *taskMeta) int64 {
 // for input-required and auth-required (the caller was asked), synced for
 // a terminal state. The caller holds s.idx.mu, so writes reach the queue in
 // the order they were admitted.
-func (s *Store) taskWriteLocked(st State, fn func(b *batch) error) (wait chan error, err error) {
-	o := &op{fn: fn, durable: st.Terminal()}
-	if st.Terminal() || st.Interrupted() {
+func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (wait chan error, err error) {
+	o := &op{fn: fn, durable: t.State.Terminal()}
+	if t.State.Terminal() || t.State.Interrupted() {
 		o.done = make(chan error, 1)
+		m.pending.Store(nil) // reads wait for the commits queued before
+	} else {
+		p := new(Task)
+		*p = *t
+		p.Created = m.created
+		m.pending.Store(p)
+		o.committed = func() { m.pending.CompareAndSwap(p, nil) }
 	}
 	// Not ctx: the index already counts the write, so it must be queued
 	// (the writer always drains the queue).
@@ -273,14 +287,14 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 	for _, v := range victims {
 		s.removeLocked(v)
 	}
-	m := &taskMeta{id: t.ID, owner: t.Owner, bytes: t.bytes()}
+	m := &taskMeta{id: t.ID, owner: t.Owner, created: t.Created, bytes: t.bytes()}
 	s.idx.byID[t.ID] = m
 	s.idx.bytes += m.bytes
 	var ended any
 	if t.State.Terminal() {
 		ended = s.endLocked(m)
 	}
-	wait, err := s.taskWriteLocked(t.State, func(b *batch) error {
+	wait, err := s.taskWriteLocked(m, &t, func(b *batch) error {
 		if err := deleteVictims(b, victims); err != nil {
 			return err
 		}
@@ -344,7 +358,7 @@ func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	if t.State.Terminal() {
 		ended = s.endLocked(m)
 	}
-	wait, err := s.taskWriteLocked(t.State, func(b *batch) error {
+	wait, err := s.taskWriteLocked(m, &t, func(b *batch) error {
 		if err := deleteVictims(b, victims); err != nil {
 			return err
 		}
@@ -399,8 +413,22 @@ func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
 	return t, err
 }
 
-// Task returns task id (ErrNotFound when there is none).
+// Task returns task id (ErrNotFound when there is none): a task last
+// written behind is answered from memory (the same bytes that are being
+// committed), any other from the database.
 func (s *Store) Task(ctx context.Context, id string) (Task, error) {
+	if err := s.failure(); err != nil {
+		return Task{}, err
+	}
+	s.idx.mu.Lock()
+	m := s.idx.byID[id]
+	s.idx.mu.Unlock()
+	if m == nil {
+		return Task{}, fmt.Errorf("%w: task %s", ErrNotFound, id)
+	}
+	if p := m.pending.Load(); p != nil {
+		return *p, nil
+	}
 	if err := s.settle(ctx); err != nil {
 		return Task{}, err
 	}

@@ -388,8 +388,8 @@ func TestParseState(t *testing.T) {
 }
 
 // A write-behind write that the database refuses is never silent: the
-// store takes no more writes and says why, and reads that would miss it
-// fail too.
+// store takes no more writes and says why (Flush, every later write), and
+// reads, which could miss it, fail too.
 func TestFailedWriteBehindStopsWrites(t *testing.T) {
 	ctx := context.Background()
 	path := tempDB(t)
@@ -405,9 +405,14 @@ func TestFailedWriteBehindStopsWrites(t *testing.T) {
 	if err := s.CreateTask(ctx, Task{ID: "boom", Owner: "g", State: StateWorking}); err != nil {
 		t.Fatalf("write-behind CreateTask = %v, want it queued", err)
 	}
-	_, err := s.Task(ctx, "boom")
-	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk says no") {
-		t.Fatalf("read after the failed write = %v, want ErrFailed with the cause", err)
+	if err := s.Flush(ctx); !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk says no") {
+		t.Fatalf("Flush after the failed write = %v, want ErrFailed with the cause", err)
+	}
+	if _, err := s.Task(ctx, "boom"); !errors.Is(err, ErrFailed) {
+		t.Fatalf("read after the failed write = %v, want ErrFailed", err)
+	}
+	if _, err := s.Tasks(ctx, TaskFilter{}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("list after the failed write = %v, want ErrFailed", err)
 	}
 	if err := s.UpdateTask(ctx, Task{ID: "ok", Owner: "g", State: StateCompleted}); !errors.Is(err, ErrFailed) {
 		t.Fatalf("later write = %v, want ErrFailed", err)

@@ -22,6 +22,8 @@ type op struct {
 	durable bool
 	checked bool
 	done    chan error
+	// committed, if set, runs after the commit that carried the op.
+	committed func()
 }
 
 // batch is the transaction a group of writes shares, and the copy of the
@@ -147,6 +149,9 @@ func (s *Store) failure() error {
 // one is still queued, it waits for an empty write queued after it (the
 // writer commits in queue order).
 func (s *Store) settle(ctx context.Context) error {
+	if err := s.failure(); err != nil {
+		return err // a failed write-behind write is missing from the database
+	}
 	if s.behind.Load() == 0 {
 		return nil
 	}
@@ -198,8 +203,25 @@ func (s *Store) writer() {
 			}
 		}
 		s.runBatch(batch)
+		s.pendingFrames += len(batch)
+		// Checkpoint (copy the WAL into the database file) when the queue
+		// is idle, not inside a commit someone waits for; under a load
+		// that never idles, every checkpointHard writes at the latest.
+		if s.pendingFrames >= checkpointSoft && len(s.ops) == 0 || s.pendingFrames >= checkpointHard {
+			s.pendingFrames = 0
+			if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+				s.log.Warn("WAL checkpoint failed", "err", err)
+			}
+		}
 	}
 }
+
+// Checkpoint thresholds, in writes since the last checkpoint (SQLite's
+// own automatic checkpoint is off: it would run inside a commit).
+const (
+	checkpointSoft = 256
+	checkpointHard = 4096
+)
 
 // runBatch commits ops in one transaction and answers each.
 func (s *Store) runBatch(ops []*op) {
@@ -290,6 +312,9 @@ func (s *Store) runBatch(ops []*op) {
 	}
 	s.st = b.st
 	for i, o := range ops {
+		if o.committed != nil && errs[i] == nil {
+			o.committed()
+		}
 		answer(o, errs[i])
 	}
 	if b.st.appended {
