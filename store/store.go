@@ -162,7 +162,12 @@ type Store struct {
 
 	idx taskIndex
 
-	pendingFrames int // writes since the last checkpoint; the writer's
+	// wmu is held by whoever runs a batch on wc: the writer goroutine or a
+	// leading caller (await).
+	wmu           sync.Mutex
+	pendingFrames int           // writes since the last checkpoint; guarded by wmu
+	ckpt          chan struct{} // a leading caller asks the writer goroutine to checkpoint
+	kick          chan struct{} // wakes the writer goroutine to drain the queue
 
 	// st is the writer's state; only the writer goroutine touches it
 	// after Open.
@@ -229,6 +234,8 @@ func Open(path string, opts Options) (*Store, error) {
 		db:   db,
 		ops:  make(chan *op, 1024),
 		done: make(chan struct{}),
+		ckpt: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1),
 		subs: make(map[chan struct{}]struct{}),
 
 		wstmts: make(map[string]*sql.Stmt),
@@ -396,7 +403,10 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.ops)
 	s.mu.Unlock()
+	s.kickWriter()
 	<-s.done
+	s.wmu.Lock() // a leading caller may still be committing
+	defer s.wmu.Unlock()
 	ctx := context.Background()
 	for _, st := range s.wstmts {
 		st.Close()

@@ -226,7 +226,7 @@ func (s *Store) endLocked(m *taskMeta) int64 {
 // for input-required and auth-required (the caller was asked), synced for
 // a terminal state. The caller holds s.idx.mu, so writes reach the queue in
 // the order they were admitted.
-func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (wait chan error, err error) {
+func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (wait *op, err error) {
 	o := &op{fn: fn, durable: t.State.Terminal()}
 	if t.State.Terminal() || t.State.Interrupted() {
 		o.done = make(chan error, 1)
@@ -243,7 +243,10 @@ func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (
 	if err := s.enqueue(context.Background(), o); err != nil {
 		return nil, err
 	}
-	return o.done, nil
+	if o.done == nil {
+		return nil, nil
+	}
+	return o, nil
 }
 
 func deleteVictims(b *batch, victims []*taskMeta) error {
@@ -310,7 +313,7 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 	if err != nil || wait == nil {
 		return err
 	}
-	return <-wait
+	return s.await(wait)
 }
 
 // UpdateTask replaces the stored task t.ID of t.Owner (another owner's
@@ -373,7 +376,7 @@ func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	if err != nil || wait == nil {
 		return err
 	}
-	return <-wait
+	return s.await(wait)
 }
 
 // DeleteTask removes task id (ErrNotFound when there is none). It returns
@@ -396,7 +399,7 @@ func (s *Store) DeleteTask(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return <-o.done
+	return s.await(o)
 }
 
 const taskColumns = `id, owner, context_id, state, caller, via, summary, approved_summary, status, history,

@@ -53,8 +53,8 @@ func (b *batch) queryRow(query string, args ...any) *sql.Row {
 	return st.QueryRowContext(b.ctx, args...)
 }
 
-// wstmt returns query prepared on the writer connection. Only the writer
-// goroutine (and Open, before it starts) calls it.
+// wstmt returns query prepared on the writer connection. Only the holder
+// of wmu (and Open, before the writer starts) calls it.
 func (s *Store) wstmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st := s.wstmts[query]; st != nil {
 		return st, nil
@@ -110,7 +110,64 @@ func (s *Store) write(ctx context.Context, durable bool, fn func(b *batch) error
 	if err := s.enqueue(ctx, o); err != nil {
 		return err
 	}
-	return <-o.done
+	return s.await(o)
+}
+
+// await waits for queued o. When no batch is running, the caller leads:
+// it commits what is queued (its own op among it) on its own goroutine, so
+// a lone caller pays no hand-off to the writer goroutine; while a batch
+// runs, it waits and its op rides in the next batch.
+func (s *Store) await(o *op) error {
+	if !s.wmu.TryLock() {
+		// The holder may be done before it sees o: the writer goroutine
+		// takes what is left when it gets wmu.
+		s.kickWriter()
+		return <-o.done
+	}
+	batch := make([]*op, 0, 16)
+	for {
+		select {
+		case err := <-o.done:
+			s.wmu.Unlock()
+			return err
+		default:
+		}
+		batch, _ = s.drain(batch[:0])
+		if len(batch) == 0 {
+			// Only after Close: o is answered by then.
+			s.wmu.Unlock()
+			return <-o.done
+		}
+		s.runBatch(batch)
+		s.afterBatch(len(batch), false)
+	}
+}
+
+// kickWriter wakes the writer goroutine (coalesced).
+func (s *Store) kickWriter() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// drain appends the queued ops to batch, up to maxBatch, without waiting;
+// closed reports that the queue is closed and empty. Only the holder of
+// wmu drains, and it runs what it drained before it lets go of wmu, so
+// writes commit in the order they were queued.
+func (s *Store) drain(batch []*op) (_ []*op, closed bool) {
+	for len(batch) < maxBatch {
+		select {
+		case o, ok := <-s.ops:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, o)
+		default:
+			return batch, false
+		}
+	}
+	return batch, false
 }
 
 // enqueue hands o to the writer.
@@ -128,6 +185,9 @@ func (s *Store) enqueue(ctx context.Context, o *op) error {
 	}
 	select {
 	case s.ops <- o:
+		if o.done == nil {
+			s.kickWriter() // nobody waits for it: the writer goroutine commits it
+		}
 		return nil
 	case <-ctx.Done():
 		if o.done == nil {
@@ -162,7 +222,7 @@ func (s *Store) settle(ctx context.Context) error {
 		}
 		return err
 	}
-	return <-o.done
+	return s.await(o)
 }
 
 // Flush waits until every write queued so far, write-behind ones included,
@@ -172,7 +232,7 @@ func (s *Store) Flush(ctx context.Context) error {
 	if err := s.enqueue(ctx, o); err != nil {
 		return err
 	}
-	return <-o.done
+	return s.await(o)
 }
 
 // writer is the one goroutine that writes: it takes every write waiting
@@ -181,38 +241,55 @@ func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*op, 0, maxBatch)
 	for {
-		o, ok := <-s.ops
-		if !ok {
-			return
+		select {
+		case <-s.kick:
+		case <-s.ckpt:
+			s.wmu.Lock()
+			s.afterBatch(0, true)
+			s.wmu.Unlock()
+			continue
 		}
-		batch = append(batch[:0], o)
+		s.wmu.Lock()
 		// Let the callers that are runnable now queue their writes too:
 		// one yield turns a stream of single-write commits from many
 		// callers into one commit for all of them.
 		runtime.Gosched()
-	drain:
-		for len(batch) < maxBatch {
+		closed := false
+		for {
+			batch, closed = s.drain(batch[:0])
+			if len(batch) == 0 {
+				break
+			}
+			s.runBatch(batch)
+			s.afterBatch(len(batch), true)
+		}
+		s.wmu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+// afterBatch counts n writes and checkpoints the WAL (copies it into the
+// database file) when it is due: on the writer goroutine when the queue is
+// idle, not inside a commit someone waits for (a leading caller asks the
+// writer goroutine instead); under a load that never idles, at
+// checkpointHard writes wherever. The caller holds wmu.
+func (s *Store) afterBatch(n int, writer bool) {
+	s.pendingFrames += n
+	due := s.pendingFrames >= checkpointSoft && len(s.ops) == 0
+	if !(writer && due) && s.pendingFrames < checkpointHard {
+		if due {
 			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, o)
+			case s.ckpt <- struct{}{}:
 			default:
-				break drain
 			}
 		}
-		s.runBatch(batch)
-		s.pendingFrames += len(batch)
-		// Checkpoint (copy the WAL into the database file) when the queue
-		// is idle, not inside a commit someone waits for; under a load
-		// that never idles, every checkpointHard writes at the latest.
-		if s.pendingFrames >= checkpointSoft && len(s.ops) == 0 || s.pendingFrames >= checkpointHard {
-			s.pendingFrames = 0
-			if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-				s.log.Warn("WAL checkpoint failed", "err", err)
-			}
-		}
+		return
+	}
+	s.pendingFrames = 0
+	if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		s.log.Warn("WAL checkpoint failed", "err", err)
 	}
 }
 
