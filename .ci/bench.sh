@@ -25,6 +25,9 @@ go test -count=1 -run '^$' -bench . -benchmem ./nodes | grep -E '^(Benchmark|ok)
 section "Grant authentication and the auth middleware (per request)"
 go test -count=1 -run '^$' -bench 'BenchmarkAuthenticate|BenchmarkRequire' -benchmem ./pairing | grep -E '^(Benchmark|ok)'
 
+section "Storage: SQLite task writes vs an in-memory map, size after 10,000 tasks, start-up with a full store"
+go test -count=1 -run '^TestBenchReport$' -v -timeout 20m ./store | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$' -e 'bench_test.go' -e '^        '
+
 section "Keychain backends (file, real Secret Service, go-keyring alone)"
 go test -count=1 -run '^$' -bench 'BenchmarkStore' -benchtime=200x ./keychain | grep -E '^(Benchmark|ok)'
 

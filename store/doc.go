@@ -25,18 +25,29 @@
 //
 // # Durability
 //
-// Every write method returns after the transaction holding it committed, so
-// what a method acknowledged survives a crash of the process (kill -9):
-// SQLite's WAL in the OS page cache is not lost with the process. Writes
-// that acknowledge a decision or a terminal state (a task, an outbound task
-// or an approval reaching its end; audit entries of decisions and grant,
-// pairing and switch changes) are also synced to the disk before the method
-// returns (PRAGMA synchronous=FULL for that commit), so they survive a power
-// loss too; Options.Durability = DurableCommit skips that fsync. Writes are
-// group-committed: one writer goroutine runs every write waiting when it
-// becomes free in one transaction (each write in its own SAVEPOINT, so one
-// refused write does not undo the others), so 32 concurrent callers share
-// one commit and one fsync instead of queueing for 32.
+// A write method returns after the transaction holding it committed, so
+// what it acknowledged survives a crash of the process (kill -9): SQLite's
+// WAL in the OS page cache is not lost with the process. Writes that
+// acknowledge a decision or a terminal state (a task, an outbound task or
+// an approval reaching its end; audit entries of every kind but capability
+// runs) are also synced to the disk before the method returns (PRAGMA
+// synchronous=FULL for that commit), so they survive a power loss too;
+// Options.Durability = DurableCommit skips that fsync. The one exception:
+// task writes in the submitted and working states acknowledge nothing a
+// restart must keep (a task that was running ends failed after one), so
+// they are written behind: admitted at once against the in-memory task
+// index (bounds, duplicates, owner, terminal state, with the errors a
+// caller needs), queued, and committed with the next batch; reads see them
+// at once, Flush waits for them, and a failed commit is never silent (every
+// later write and task read returns ErrFailed).
+//
+// Writes are group-committed on one connection: whoever holds the writer
+// lock (a caller finding it free, else the writer goroutine) drains the
+// queue in order and commits it as one transaction, so a lone caller pays
+// no hand-off and 32 concurrent callers share one commit and one fsync.
+// A write that may refuse itself after changing rows runs in its own
+// SAVEPOINT, so a refused write does not undo the others. SQLite's
+// automatic checkpoint is off; the writer checkpoints when it idles.
 //
 // # Files and errors
 //

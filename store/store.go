@@ -351,8 +351,12 @@ func (s *Store) open(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("store: %s: journal mode is %q, not wal", s.path, mode)
 	}
-	if _, err := wc.ExecContext(ctx, "PRAGMA wal_autocheckpoint=0"); err != nil {
-		return s.classify(err)
+	// The writer checkpoints (afterBatch); after one, the WAL file is cut
+	// back to 4 MiB instead of keeping its largest size.
+	for _, p := range []string{"PRAGMA wal_autocheckpoint=0", "PRAGMA journal_size_limit=4194304"} {
+		if _, err := wc.ExecContext(ctx, p); err != nil {
+			return s.classify(err)
+		}
 	}
 	var check string
 	if err := wc.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&check); err != nil {
