@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -288,5 +289,46 @@ func TestIntegrityCheck(t *testing.T) {
 	s := openTest(t, tempDB(t), Options{})
 	if err := s.IntegrityCheck(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A database of an older schema is brought up to date at Open, one
+// recorded step at a time, keeping its data; a failing step changes
+// nothing and is reported.
+func TestMigrationUpgradesOlderDatabase(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "old", Owner: "g", State: StateCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	saved, savedVersion := migrations, SchemaVersion
+	t.Cleanup(func() { migrations, SchemaVersion = saved, savedVersion })
+	migrations = append(slices.Clone(saved), migration{"broken step", "ALTER TABLE tasks ADD COLUMN x TEXT; SELECT * FROM no_such_table"})
+	SchemaVersion = len(migrations)
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "broken step") {
+		t.Fatalf("Open with a failing migration = %v", err)
+	}
+	migrations[len(migrations)-1] = migration{"task labels", "ALTER TABLE tasks ADD COLUMN label TEXT NOT NULL DEFAULT 'none'"}
+	s = openTest(t, path, Options{})
+	var label string
+	var version int
+	if _, err := s.db.Exec("SELECT x FROM tasks"); err == nil {
+		t.Fatal("the failed step's first statement was kept")
+	}
+	if err := s.db.QueryRow("SELECT label FROM tasks WHERE id = 'old'").Scan(&label); err != nil || label != "none" {
+		t.Fatalf("the upgraded table: %q, %v", label, err)
+	}
+	s.db.QueryRow("SELECT max(version) FROM schema_migrations").Scan(&version)
+	if version != SchemaVersion {
+		t.Fatalf("schema version %d, want %d", version, SchemaVersion)
+	}
+	if got, err := s.Task(ctx, "old"); err != nil || got.State != StateCompleted {
+		t.Fatalf("data across the upgrade: %+v, %v", got, err)
 	}
 }
