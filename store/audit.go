@@ -466,6 +466,15 @@ func (s *Store) Verify(ctx context.Context) (Verified, error) {
 	if !bytes.Equal(prev[:], headHash) {
 		return v, &ChainError{Seq: headSeq, Reason: "the newest entry does not match the chain head"}
 	}
+	// An entry past the head was not appended by the store (one statement,
+	// so an Append running beside Verify moves the head with its entry).
+	var extra sql.NullInt64
+	if err := s.queryRow(ctx, "SELECT min(seq) FROM audit WHERE seq > (SELECT head_seq FROM audit_chain)").Scan(&extra); err != nil {
+		return v, err
+	}
+	if extra.Valid {
+		return v, &ChainError{Seq: extra.Int64, Reason: "the entry is past the chain head: it was added outside the store"}
+	}
 	return v, nil
 }
 
