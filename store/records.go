@@ -53,6 +53,10 @@ func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 	if a.ID == "" || a.Expires.IsZero() {
 		return fmt.Errorf("%w: an approval needs an id and an expiry", ErrInvalid)
 	}
+	if err := checkText("approval", a.ID, a.GrantID, a.Peer, a.DeviceID, a.OS, a.Via, a.Addr, a.TailnetUser,
+		a.TailnetNode, a.Summary, a.Detail, strings.Join(a.Scopes, ","), a.TaskID); err != nil {
+		return err
+	}
 	if a.Created.IsZero() {
 		a.Created = s.now()
 	}
@@ -180,6 +184,10 @@ func (s *Store) PutOutbound(ctx context.Context, o Outbound) error {
 	if o.ID == "" || o.Agent == "" {
 		return fmt.Errorf("%w: an outbound task needs an id and an agent", ErrInvalid)
 	}
+	if err := checkText("outbound task", o.ID, o.TaskID, o.ContextID, o.Agent, o.AgentName, o.AgentKind,
+		o.Request, o.Message, o.Error); err != nil {
+		return err
+	}
 	if n := int64(len(o.Artifacts)); n > s.opts.MaxOutboundBytes {
 		return fmt.Errorf("%w: outbound task %s artifacts are %d bytes, over %d", ErrTooBig, o.ID, n, s.opts.MaxOutboundBytes)
 	}
@@ -273,6 +281,9 @@ type ManualPeer struct {
 func (s *Store) PutPeer(ctx context.Context, p ManualPeer) error {
 	if !strings.HasPrefix(p.URL, "https://") {
 		return fmt.Errorf("%w: a manual peer's URL is https://", ErrInvalid)
+	}
+	if err := checkText("peer", p.URL, p.DeviceID, p.Fingerprint, p.Name); err != nil {
+		return err
 	}
 	if p.Added.IsZero() {
 		p.Added = s.now()

@@ -93,9 +93,30 @@ type Task struct {
 
 func (t *Task) bytes() int64 { return int64(len(t.History) + len(t.Artifacts)) }
 
+// MaxText bounds every text field of a record (ids, names, summaries,
+// details), in bytes; a longer one is ErrTooBig. The JSON fields have
+// their own bounds (Options).
+const MaxText = 64 << 10
+
+// checkText refuses a text field over MaxText.
+func checkText(what string, fields ...string) error {
+	for _, f := range fields {
+		if len(f) > MaxText {
+			return fmt.Errorf("%w: a %s text field is %d bytes, over %d", ErrTooBig, what, len(f), MaxText)
+		}
+	}
+	return nil
+}
+
 func (s *Store) checkTask(t *Task) error {
 	if t.ID == "" || t.Owner == "" {
 		return fmt.Errorf("%w: a task needs an id and an owner", ErrInvalid)
+	}
+	if err := checkText("task", t.ID, t.Owner, t.ContextID, t.Caller, t.Via, t.Summary, t.ApprovedSummary); err != nil {
+		return err
+	}
+	if n := len(t.Status) + len(t.ExecState); n > MaxText {
+		return fmt.Errorf("%w: task %s status and executor state are %d bytes, over %d", ErrTooBig, t.ID, n, MaxText)
 	}
 	st, err := ParseState(string(t.State))
 	if err != nil {
@@ -507,6 +528,9 @@ type ContextLink struct {
 func (s *Store) PutContext(ctx context.Context, l ContextLink) error {
 	if l.Owner == "" || l.ContextID == "" || l.Upstream == "" {
 		return fmt.Errorf("%w: a context link needs an owner, a contextId and an upstream contextId", ErrInvalid)
+	}
+	if err := checkText("context link", l.Owner, l.ContextID, l.Upstream); err != nil {
+		return err
 	}
 	if l.Used.IsZero() {
 		l.Used = s.now()

@@ -156,6 +156,18 @@ func TestTaskByteBounds(t *testing.T) {
 	if err := s.CreateTask(ctx, Task{ID: "a", Owner: "g", State: StateWorking, Artifacts: big[:51]}); !errors.Is(err, ErrTooBig) {
 		t.Fatalf("artifacts over bound = %v", err)
 	}
+	long := strings.Repeat("s", MaxText+1)
+	for name, err := range map[string]error{
+		"task summary":    s.CreateTask(ctx, Task{ID: "a", Owner: "g", State: StateWorking, Summary: long}),
+		"approval detail": s.PutApproval(ctx, Approval{ID: "a", Kind: ApprovalDelegation, Detail: long, Expires: time.Now()}),
+		"outbound error":  s.PutOutbound(ctx, Outbound{ID: "a", Agent: "x", State: StateFailed, Error: long}),
+		"peer name":       s.PutPeer(ctx, ManualPeer{URL: "https://x", Name: long}),
+		"context":         s.PutContext(ctx, ContextLink{Owner: "g", ContextID: long, Upstream: "u"}),
+	} {
+		if !errors.Is(err, ErrTooBig) {
+			t.Errorf("%s over MaxText = %v, want ErrTooBig", name, err)
+		}
+	}
 	h := []byte(strings.Repeat("h", 100))
 	for _, id := range []string{"a", "b"} {
 		if err := s.CreateTask(ctx, Task{ID: id, Owner: "g", State: StateWorking, History: h}); err != nil {
