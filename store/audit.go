@@ -325,6 +325,9 @@ func (s *Store) Follow(ctx context.Context, f Filter, fn func(Entry) error) erro
 	for {
 		page, err := s.Query(ctx, f)
 		if err != nil {
+			if s.isClosed() {
+				return ErrClosed
+			}
 			return err
 		}
 		for _, e := range page {

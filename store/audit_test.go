@@ -363,3 +363,29 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+func TestFollowEndsAtClose(t *testing.T) {
+	s, err := Open(tempDB(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Follow(context.Background(), Filter{}, func(e Entry) error {
+			close(started)
+			return nil
+		})
+	}()
+	appendN(t, s, 1, decision)
+	<-started
+	s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Follow after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow did not end at Close")
+	}
+}

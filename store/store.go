@@ -401,6 +401,13 @@ func (s *Store) classify(err error) error {
 	return fmt.Errorf("store: %s: %w", s.path, err)
 }
 
+// isClosed reports whether Close was called.
+func (s *Store) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
+}
+
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
