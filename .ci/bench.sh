@@ -17,7 +17,7 @@ section "A2A: one server, message/send over 0.3 vs SendMessage over 1.0, in proc
 go test -count=1 -run '^$' -bench 'SendVersions' -benchmem -count 3 ./a2a | grep -E '^(Benchmark|ok)'
 
 section "Delegating out and forwarding: meshtray vs a bare a2a-go client / calling the agent directly"
-go test -count=1 -run '^$' -bench 'Outbound|Forward' -benchmem ./a2a | grep -E '^(Benchmark|ok)'
+go test -count=1 -run '^$' -bench 'Outbound|Forward' -benchmem ./a2a/delegate | grep -E '^(Benchmark|ok)'
 
 section "Node capabilities: device.info and a do-nothing capability, in process and over HTTP"
 go test -count=1 -run '^$' -bench . -benchmem ./nodes | grep -E '^(Benchmark|ok)'

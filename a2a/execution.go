@@ -159,7 +159,7 @@ func (e *Execution) AppendArtifact(id a2a.ArtifactID, lastChunk bool, parts ...a
 func (e *Execution) reserveLocked(parts []a2a.Part) error {
 	var n int64
 	for _, p := range parts {
-		n += partSize(p)
+		n += PartSize(p)
 	}
 	if limit := e.s.opts.MaxArtifactBytes; e.t.artBytes+n > limit {
 		return fmt.Errorf("%w: the artifacts of task %s would exceed %d bytes", ErrUnavailable, e.t.id, limit)

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/keychain"
 	"meshtray/pairing"
 )
@@ -29,15 +30,15 @@ const (
 	agentsFile      = "agents.json"   // external agents' records (0600, no secrets)
 	forwardTokenKey = "forward/token" // the forward executor's upstream token (ARCHITECTURE.md key table)
 	// maxDelegateBody bounds POST /a2a/outbound and answers: a file of
-	// agent.MaxFileBytes in base64 plus text and data.
-	maxDelegateBody = agent.MaxFileBytes*4/3 + agent.MaxMessageText + 64<<10
+	// delegate.MaxFileBytes in base64 plus text and data.
+	maxDelegateBody = delegate.MaxFileBytes*4/3 + delegate.MaxMessageText + 64<<10
 )
 
 // delegation holds the node's outbound pieces; set by Start.
 type delegation struct {
-	agents  *agent.Agents
-	out     *agent.Outbound
-	forward *agent.ForwardExecutor // nil unless a2a.forward.url is set
+	agents  *delegate.Agents
+	out     *delegate.Outbound
+	forward *delegate.ForwardExecutor // nil unless a2a.forward.url is set
 }
 
 // startDelegation builds the agent registry, the outbound view and, when
@@ -47,7 +48,7 @@ type delegation struct {
 func (n *Node) startDelegation() (agent.Executor, error) {
 	d := &delegation{}
 	var err error
-	d.agents, err = agent.NewAgents(agent.AgentsOptions{
+	d.agents, err = delegate.NewAgents(delegate.AgentsOptions{
 		Path:          filepath.Join(n.cfg.StateDir, agentsFile),
 		Secrets:       n.ks,
 		Peers:         nodePeers{n},
@@ -58,7 +59,7 @@ func (n *Node) startDelegation() (agent.Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.out = agent.NewOutbound(agent.OutboundOptions{
+	d.out = delegate.NewOutbound(delegate.OutboundOptions{
 		Agents:   d.agents,
 		OnChange: func() { n.events.Publish(EventTasks) },
 		Logger:   n.log.With("pkg", "a2a"),
@@ -71,7 +72,7 @@ func (n *Node) startDelegation() (agent.Executor, error) {
 	if fc.Token != "" {
 		n.log.Warn("a2a.forward.token is in the config file in clear; `meshtray forward token` keeps it in the keychain instead")
 	}
-	d.forward, err = agent.NewForwardExecutor(agent.ForwardOptions{
+	d.forward, err = delegate.NewForwardExecutor(delegate.ForwardOptions{
 		URL:           fc.URL,
 		Token:         n.forwardToken,
 		IsTailnetAddr: n.isTailnetPeer,
@@ -137,14 +138,14 @@ func (n *Node) isTailnetPeer(a netip.Addr) bool {
 // first), then the address the peer gave when pairing.
 type nodePeers struct{ n *Node }
 
-func (p nodePeers) PeerAgents() []agent.PeerAgent {
+func (p nodePeers) PeerAgents() []delegate.PeerAgent {
 	n := p.n
-	var out []agent.PeerAgent
+	var out []delegate.PeerAgent
 	for _, h := range n.grants.ListHeld() {
 		if !h.Scopes.Has(pairing.ScopeAgent) {
 			continue
 		}
-		out = append(out, agent.PeerAgent{DeviceID: h.PeerID, Name: h.Name, OS: h.OS, URLs: n.peerURLs(h)})
+		out = append(out, delegate.PeerAgent{DeviceID: h.PeerID, Name: h.Name, OS: h.OS, URLs: n.peerURLs(h)})
 	}
 	return out
 }
@@ -198,28 +199,28 @@ type AgentUpdate struct {
 }
 
 // DelegateRequest is POST /a2a/outbound: a delegation, followed as NDJSON
-// (agent.OutboundEvent lines) unless Detach.
+// (delegate.OutboundEvent lines) unless Detach.
 type DelegateRequest struct {
-	agent.DelegateRequest
+	delegate.DelegateRequest
 	Detach bool `json:"detach,omitempty"` // answer the task once the agent took it, without following
 }
 
 // AnswerRequest is POST /a2a/outbound/{id}/answer.
 type AnswerRequest struct {
-	agent.MessageInput
+	delegate.MessageInput
 	Detach bool `json:"detach,omitempty"`
 }
 
 // ForwardView is GET /a2a/forward.
 type ForwardView struct {
-	Configured  bool                 `json:"configured"` // a2a.forward.url is set
-	URL         string               `json:"url,omitempty"`
-	TokenSource string               `json:"token_source"` // config, keychain or none
-	Status      *agent.ForwardStatus `json:"status,omitempty"`
+	Configured  bool                    `json:"configured"` // a2a.forward.url is set
+	URL         string                  `json:"url,omitempty"`
+	TokenSource string                  `json:"token_source"` // config, keychain or none
+	Status      *delegate.ForwardStatus `json:"status,omitempty"`
 }
 
 // UpdateAgent enables, disables or refreshes an agent.
-func (n *Node) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (agent.Agent, error) {
+func (n *Node) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (delegate.Agent, error) {
 	switch u.Action {
 	case "enable", "disable":
 		return n.deleg.agents.SetEnabled(id, u.Action == "enable")
@@ -228,13 +229,13 @@ func (n *Node) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (agent
 		if len(as) == 1 {
 			return as[0], err
 		}
-		return agent.Agent{}, err
+		return delegate.Agent{}, err
 	}
-	return agent.Agent{}, badRequest(`action %q: want "enable", "disable" or "refresh"`, u.Action)
+	return delegate.Agent{}, badRequest(`action %q: want "enable", "disable" or "refresh"`, u.Action)
 }
 
-// Delegate sends a delegation; see agent.Outbound.Delegate.
-func (n *Node) Delegate(ctx context.Context, req agent.DelegateRequest) (agent.OutboundTask, error) {
+// Delegate sends a delegation; see delegate.Outbound.Delegate.
+func (n *Node) Delegate(ctx context.Context, req delegate.DelegateRequest) (delegate.OutboundTask, error) {
 	t, err := n.deleg.out.Delegate(ctx, req)
 	if err == nil {
 		n.log.Info("delegated", "task", t.ID, "agent", t.Agent, "state", t.State)
@@ -271,8 +272,8 @@ func (n *Node) SetForwardToken(tok string) error {
 		n.log.Info("forward token removed from the keychain")
 		return nil
 	}
-	if len(tok) > agent.MaxTokenLen || strings.ContainsFunc(tok, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
-		return badRequest("the token must be at most %d visible ASCII characters", agent.MaxTokenLen)
+	if len(tok) > delegate.MaxTokenLen || strings.ContainsFunc(tok, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return badRequest("the token must be at most %d visible ASCII characters", delegate.MaxTokenLen)
 	}
 	if err := n.ks.Set(forwardTokenKey, []byte(tok)); err != nil {
 		return err
@@ -284,17 +285,17 @@ func (n *Node) SetForwardToken(tok string) error {
 // agentStatus maps the errors of this part to HTTP statuses.
 func agentStatus(err error) int {
 	switch {
-	case errors.Is(err, agent.ErrInvalidInput):
+	case errors.Is(err, delegate.ErrInvalidInput):
 		return http.StatusBadRequest
-	case errors.Is(err, agent.ErrAgentUnknown), errors.Is(err, agent.ErrOutboundNotFound):
+	case errors.Is(err, delegate.ErrAgentUnknown), errors.Is(err, delegate.ErrOutboundNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, agent.ErrAgentDisabled), errors.Is(err, agent.ErrCardInvalid),
-		errors.Is(err, agent.ErrCardUnpublished), errors.Is(err, agent.ErrOutboundState):
+	case errors.Is(err, delegate.ErrAgentDisabled), errors.Is(err, delegate.ErrCardInvalid),
+		errors.Is(err, delegate.ErrCardUnpublished), errors.Is(err, delegate.ErrOutboundState):
 		return http.StatusConflict
-	case errors.Is(err, agent.ErrOutboundFull):
+	case errors.Is(err, delegate.ErrOutboundFull):
 		return http.StatusTooManyRequests
-	case errors.Is(err, agent.ErrAgentUnauthorized), errors.Is(err, agent.ErrAgentUnreachable),
-		errors.Is(err, agent.ErrAgentRefused), errors.Is(err, agent.ErrAgentMalformed),
+	case errors.Is(err, delegate.ErrAgentUnauthorized), errors.Is(err, delegate.ErrAgentUnreachable),
+		errors.Is(err, delegate.ErrAgentRefused), errors.Is(err, delegate.ErrAgentMalformed),
 		errors.Is(err, pairing.ErrPinMismatch):
 		return http.StatusBadGateway
 	case errors.Is(err, agent.ErrUnavailable):
@@ -309,15 +310,15 @@ func agentStatus(err error) int {
 // local owner or scope full; the forward routes, which choose where
 // approved work goes, auth.Owner: the local owner only):
 //
-//	GET    /a2a/agents[?refresh=1]      -> [agent.Agent]
-//	POST   /a2a/agents                  {url, token?} -> agent.Agent (201)
-//	POST   /a2a/agents/{id}             {action: enable|disable|refresh} -> agent.Agent
+//	GET    /a2a/agents[?refresh=1]      -> [delegate.Agent]
+//	POST   /a2a/agents                  {url, token?} -> delegate.Agent (201)
+//	POST   /a2a/agents/{id}             {action: enable|disable|refresh} -> delegate.Agent
 //	DELETE /a2a/agents/{id}             -> 204
-//	GET    /a2a/outbound                -> [agent.OutboundTask]
-//	POST   /a2a/outbound                DelegateRequest -> NDJSON agent.OutboundEvent lines (detach: agent.OutboundTask)
-//	GET    /a2a/outbound/{id}[?watch=1] -> agent.OutboundTask (watch: NDJSON)
-//	POST   /a2a/outbound/{id}/answer    AnswerRequest -> NDJSON (detach: agent.OutboundTask)
-//	POST   /a2a/outbound/{id}/cancel    -> agent.OutboundTask
+//	GET    /a2a/outbound                -> [delegate.OutboundTask]
+//	POST   /a2a/outbound                DelegateRequest -> NDJSON delegate.OutboundEvent lines (detach: delegate.OutboundTask)
+//	GET    /a2a/outbound/{id}[?watch=1] -> delegate.OutboundTask (watch: NDJSON)
+//	POST   /a2a/outbound/{id}/answer    AnswerRequest -> NDJSON (detach: delegate.OutboundTask)
+//	POST   /a2a/outbound/{id}/cancel    -> delegate.OutboundTask
 //	GET    /a2a/forward                 -> ForwardView
 //	POST   /a2a/forward                 {token} -> 204 (kept in the keychain)
 //	DELETE /a2a/forward                 -> 204 (token removed)
@@ -327,7 +328,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 	fail := func(w http.ResponseWriter, err error) { writeError(w, agentStatus(err), err) }
 
 	local("GET /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
-		var as []agent.Agent
+		var as []delegate.Agent
 		var err error
 		if r.URL.Query().Get("refresh") == "1" {
 			as, err = n.deleg.agents.Refresh(r.Context(), "")
@@ -478,7 +479,7 @@ func (n *Node) serveWatch(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	err := n.deleg.out.Watch(r.Context(), id, func(ev agent.OutboundEvent) error {
+	err := n.deleg.out.Watch(r.Context(), id, func(ev delegate.OutboundEvent) error {
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}
@@ -488,6 +489,6 @@ func (n *Node) serveWatch(w http.ResponseWriter, r *http.Request, id string) {
 		return nil
 	})
 	if err != nil && r.Context().Err() == nil {
-		enc.Encode(agent.OutboundEvent{Error: err.Error()})
+		enc.Encode(delegate.OutboundEvent{Error: err.Error()})
 	}
 }

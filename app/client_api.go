@@ -11,7 +11,7 @@ import (
 	"net/url"
 	"strings"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/mesh"
 	"meshtray/nodes"
 )
@@ -158,25 +158,25 @@ func (c *Client) Join(ctx context.Context, req JoinRequest) (*Stream[JoinEvent],
 
 // Agents is GET /a2a/agents[?refresh=1]: the agents this device delegates
 // to; refresh fetches and verifies every card first.
-func (c *Client) Agents(ctx context.Context, refresh bool) ([]agent.Agent, error) {
+func (c *Client) Agents(ctx context.Context, refresh bool) ([]delegate.Agent, error) {
 	path := "/a2a/agents"
 	if refresh {
 		path += "?refresh=1"
 	}
-	var as []agent.Agent
+	var as []delegate.Agent
 	return as, c.Do(ctx, http.MethodGet, path, nil, &as)
 }
 
 // AddAgent is POST /a2a/agents: an agent added by URL (its card verified
 // first).
-func (c *Client) AddAgent(ctx context.Context, req AgentRequest) (agent.Agent, error) {
-	var a agent.Agent
+func (c *Client) AddAgent(ctx context.Context, req AgentRequest) (delegate.Agent, error) {
+	var a delegate.Agent
 	return a, c.Do(ctx, http.MethodPost, "/a2a/agents", req, &a)
 }
 
 // UpdateAgent is POST /a2a/agents/{id}: enable, disable or refresh.
-func (c *Client) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (agent.Agent, error) {
-	var a agent.Agent
+func (c *Client) UpdateAgent(ctx context.Context, id string, u AgentUpdate) (delegate.Agent, error) {
+	var a delegate.Agent
 	return a, c.Do(ctx, http.MethodPost, "/a2a/agents/"+url.PathEscape(id), u, &a)
 }
 
@@ -186,57 +186,57 @@ func (c *Client) RemoveAgent(ctx context.Context, id string) error {
 }
 
 // Outbound is GET /a2a/outbound: the tasks this device delegated.
-func (c *Client) Outbound(ctx context.Context) ([]agent.OutboundTask, error) {
-	var ts []agent.OutboundTask
+func (c *Client) Outbound(ctx context.Context) ([]delegate.OutboundTask, error) {
+	var ts []delegate.OutboundTask
 	return ts, c.Do(ctx, http.MethodGet, "/a2a/outbound", nil, &ts)
 }
 
 // OutboundTask is GET /a2a/outbound/{id}: one delegated task, whole.
-func (c *Client) OutboundTask(ctx context.Context, id string) (agent.OutboundTask, error) {
-	var t agent.OutboundTask
+func (c *Client) OutboundTask(ctx context.Context, id string) (delegate.OutboundTask, error) {
+	var t delegate.OutboundTask
 	return t, c.Do(ctx, http.MethodGet, "/a2a/outbound/"+url.PathEscape(id), nil, &t)
 }
 
 // Watch is GET /a2a/outbound/{id}?watch=1: a delegated task's events until
 // it settles.
-func (c *Client) Watch(ctx context.Context, id string) (*Stream[agent.OutboundEvent], error) {
-	return openStream[agent.OutboundEvent](ctx, c, http.MethodGet, "/a2a/outbound/"+url.PathEscape(id)+"?watch=1", nil)
+func (c *Client) Watch(ctx context.Context, id string) (*Stream[delegate.OutboundEvent], error) {
+	return openStream[delegate.OutboundEvent](ctx, c, http.MethodGet, "/a2a/outbound/"+url.PathEscape(id)+"?watch=1", nil)
 }
 
 // Delegate is POST /a2a/outbound detached: the task once the agent took it
 // (req.Detach is set); the node goes on following it.
-func (c *Client) Delegate(ctx context.Context, req DelegateRequest) (agent.OutboundTask, error) {
+func (c *Client) Delegate(ctx context.Context, req DelegateRequest) (delegate.OutboundTask, error) {
 	req.Detach = true
-	var t agent.OutboundTask
+	var t delegate.OutboundTask
 	return t, c.Do(ctx, http.MethodPost, "/a2a/outbound", req, &t)
 }
 
 // DelegateWatch is POST /a2a/outbound followed: the task's events until it
 // settles (req.Detach is cleared).
-func (c *Client) DelegateWatch(ctx context.Context, req DelegateRequest) (*Stream[agent.OutboundEvent], error) {
+func (c *Client) DelegateWatch(ctx context.Context, req DelegateRequest) (*Stream[delegate.OutboundEvent], error) {
 	req.Detach = false
-	return openStream[agent.OutboundEvent](ctx, c, http.MethodPost, "/a2a/outbound", req)
+	return openStream[delegate.OutboundEvent](ctx, c, http.MethodPost, "/a2a/outbound", req)
 }
 
 // Answer is POST /a2a/outbound/{id}/answer detached: the task once the
 // agent took the answer (req.Detach is set).
-func (c *Client) Answer(ctx context.Context, id string, req AnswerRequest) (agent.OutboundTask, error) {
+func (c *Client) Answer(ctx context.Context, id string, req AnswerRequest) (delegate.OutboundTask, error) {
 	req.Detach = true
-	var t agent.OutboundTask
+	var t delegate.OutboundTask
 	return t, c.Do(ctx, http.MethodPost, "/a2a/outbound/"+url.PathEscape(id)+"/answer", req, &t)
 }
 
 // AnswerWatch is POST /a2a/outbound/{id}/answer followed: the task's
 // events until it settles again (req.Detach is cleared).
-func (c *Client) AnswerWatch(ctx context.Context, id string, req AnswerRequest) (*Stream[agent.OutboundEvent], error) {
+func (c *Client) AnswerWatch(ctx context.Context, id string, req AnswerRequest) (*Stream[delegate.OutboundEvent], error) {
 	req.Detach = false
-	return openStream[agent.OutboundEvent](ctx, c, http.MethodPost, "/a2a/outbound/"+url.PathEscape(id)+"/answer", req)
+	return openStream[delegate.OutboundEvent](ctx, c, http.MethodPost, "/a2a/outbound/"+url.PathEscape(id)+"/answer", req)
 }
 
 // Cancel is POST /a2a/outbound/{id}/cancel: cancel a delegated task at its
 // agent.
-func (c *Client) Cancel(ctx context.Context, id string) (agent.OutboundTask, error) {
-	var t agent.OutboundTask
+func (c *Client) Cancel(ctx context.Context, id string) (delegate.OutboundTask, error) {
+	var t delegate.OutboundTask
 	return t, c.Do(ctx, http.MethodPost, "/a2a/outbound/"+url.PathEscape(id)+"/cancel", nil, &t)
 }
 

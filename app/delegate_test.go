@@ -18,7 +18,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/app/cli"
@@ -152,9 +152,9 @@ func pairNodes(t *testing.T, a, b *apptest.Node) {
 	}
 }
 
-func outboundList(t *testing.T, n *apptest.Node) []agent.OutboundTask {
+func outboundList(t *testing.T, n *apptest.Node) []delegate.OutboundTask {
 	t.Helper()
-	var ts []agent.OutboundTask
+	var ts []delegate.OutboundTask
 	if err := json.Unmarshal([]byte(mustCLI(t, n, "outbound", "--json").Stdout), &ts); err != nil {
 		t.Fatal(err)
 	}
@@ -195,11 +195,11 @@ name = "sleep"
 	host, _ := os.Hostname()
 
 	// B has not published A2A: A knows B as an agent that is not ready.
-	var as []agent.Agent
+	var as []delegate.Agent
 	if err := json.Unmarshal([]byte(mustCLI(t, a, "agents", "--json").Stdout), &as); err != nil {
 		t.Fatal(err)
 	}
-	if len(as) != 1 || as[0].Kind != agent.AgentPeer || as[0].Name != "bee" || as[0].Status != agent.AgentUnpublished {
+	if len(as) != 1 || as[0].Kind != delegate.AgentPeer || as[0].Name != "bee" || as[0].Status != delegate.AgentUnpublished {
 		t.Fatalf("agents before A2A on B: %+v", as)
 	}
 	if r := a.CLI("delegate", "bee", "device.info"); r.Code != 1 || !strings.Contains(r.Stderr, "has not published its A2A agent card") {
@@ -230,7 +230,7 @@ name = "sleep"
 		if r.Code != cli.ExitTaskInputRequired || !strings.Contains(r.Stdout, "device.info") || !strings.Contains(r.Stderr, "meshtray answer") {
 			t.Fatalf("delegate: exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 		}
-		var asked agent.OutboundTask
+		var asked delegate.OutboundTask
 		for _, o := range outboundList(t, a) {
 			if o.Request == "hello there" {
 				asked = o
@@ -261,7 +261,7 @@ name = "sleep"
 		if r.Code != 0 || !strings.Contains(r.Stdout, `"hostname": "`+host+`"`) {
 			t.Fatalf("answer: exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 		}
-		var got agent.OutboundTask
+		var got delegate.OutboundTask
 		if err := json.Unmarshal([]byte(mustCLI(t, a, "outbound", asked.ID, "--json").Stdout), &got); err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +338,7 @@ name = "sleep"
 		if err := json.Unmarshal([]byte(mustCLI(t, a, "agents", "--json").Stdout), &as); err != nil {
 			t.Fatal(err)
 		}
-		if len(as) != 1 || as[0].Status != agent.AgentRevoked {
+		if len(as) != 1 || as[0].Status != delegate.AgentRevoked {
 			t.Fatalf("agents after revocation: %+v", as)
 		}
 	})
@@ -362,7 +362,7 @@ func TestPeerAddressesAreHTTPS(t *testing.T) {
 	pairNodes(t, a, b)
 	mustCLI(t, b, "a2a", "on")
 	mustCLI(t, a, "peers", "add", fmt.Sprintf("https://127.0.0.1:%d", b.Port))
-	var as []agent.Agent
+	var as []delegate.Agent
 	if err := json.Unmarshal([]byte(mustCLI(t, a, "agents", "--json").Stdout), &as); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2asrv"
 	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/app/cli"
@@ -365,8 +365,8 @@ func TestExternalAgentFromCLI(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("agents add: %d %s", r.Code, r.Stderr)
 	}
-	var ag agent.Agent
-	if err := json.Unmarshal([]byte(r.Stdout), &ag); err != nil || ag.ID != "local-helper" || ag.Status != agent.AgentReady || !ag.HasToken {
+	var ag delegate.Agent
+	if err := json.Unmarshal([]byte(r.Stdout), &ag); err != nil || ag.ID != "local-helper" || ag.Status != delegate.AgentReady || !ag.HasToken {
 		t.Fatalf("added %+v %v", ag, err)
 	}
 	path := filepath.Join(n.StateDir, "agents.json")
@@ -397,7 +397,7 @@ func TestExternalAgentFromCLI(t *testing.T) {
 	// --json prints the events as NDJSON; the last one ends.
 	r = n.CLI("delegate", "local-helper", "echo json", "--json", "--stream=false")
 	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	var last agent.OutboundEvent
+	var last delegate.OutboundEvent
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || r.Code != 0 || !last.End || last.Task.State != a2a.TaskStateCompleted || last.Task.Streaming {
 		t.Fatalf("--json: exit %d %v\n%s", r.Code, err, r.Stdout)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/mesh"
 )
@@ -33,7 +33,7 @@ type controlAPI interface {
 	Status(ctx context.Context) (app.Status, error)
 	Peers(ctx context.Context) ([]mesh.Peer, error)
 	Approvals(ctx context.Context) ([]app.Approval, error)
-	Outbound(ctx context.Context) ([]agent.OutboundTask, error)
+	Outbound(ctx context.Context) ([]delegate.OutboundTask, error)
 	SetA2A(ctx context.Context, enabled bool) (app.A2AStatus, error)
 	UpdateConfig(ctx context.Context, u app.ConfigUpdate) (app.Settings, error)
 	OpenUI(ctx context.Context, r app.UIRequest) error
@@ -195,14 +195,14 @@ func (c *controller) refresh(ctx context.Context) {
 	s.Status.PendingApprovals = len(approvals) // the list is fresher than the count
 	// The questions of delegated tasks: read only while some wait or were
 	// announced (to forget them), not on every task event.
-	var waiting []agent.OutboundTask
+	var waiting []delegate.OutboundTask
 	questionsOK := false
 	if s.Status.OutboundWaiting > 0 || len(c.asked) > 0 {
-		var all []agent.OutboundTask
+		var all []delegate.OutboundTask
 		if err := fetch(ctx, &all, c.api.Outbound); err != nil {
 			c.log.Debug("cannot read the delegated tasks", "err", err)
 		} else {
-			waiting = slices.DeleteFunc(all, func(t agent.OutboundTask) bool { return !app.WaitsForOwner(string(t.State)) })
+			waiting = slices.DeleteFunc(all, func(t delegate.OutboundTask) bool { return !app.WaitsForOwner(string(t.State)) })
 			s.Status.OutboundWaiting = len(waiting)
 			questionsOK = true
 		}
@@ -230,7 +230,7 @@ func (c *controller) refresh(ctx context.Context) {
 // announceQuestions sends one notification per question a delegated task
 // asks (issue 4 §2): a task is announced again only when it asks
 // something new.
-func (c *controller) announceQuestions(ctx context.Context, waiting []agent.OutboundTask) {
+func (c *controller) announceQuestions(ctx context.Context, waiting []delegate.OutboundTask) {
 	if c.asked == nil {
 		c.asked = make(map[string]string)
 	}
@@ -256,7 +256,7 @@ const maxNoticeQuestion = 240
 
 // questionNotice is the desktop notification of a delegated task that
 // waits for the owner.
-func questionNotice(t agent.OutboundTask) (title, body string) {
+func questionNotice(t delegate.OutboundTask) (title, body string) {
 	who := t.AgentName
 	if who == "" {
 		who = "An agent"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/mesh"
 )
@@ -86,7 +86,7 @@ type fakeAPI struct {
 	mu        sync.Mutex
 	status    app.Status
 	approvals []app.Approval
-	outbound  []agent.OutboundTask
+	outbound  []delegate.OutboundTask
 	posts     []string // "METHOD ARGUMENT-AS-JSON" of each change asked for
 	events    chan []app.EventType
 }
@@ -110,7 +110,7 @@ func read[T any](f *fakeAPI, v *T) (T, error) {
 
 func (f *fakeAPI) Status(context.Context) (app.Status, error)        { return read(f, &f.status) }
 func (f *fakeAPI) Approvals(context.Context) ([]app.Approval, error) { return read(f, &f.approvals) }
-func (f *fakeAPI) Outbound(context.Context) ([]agent.OutboundTask, error) {
+func (f *fakeAPI) Outbound(context.Context) ([]delegate.OutboundTask, error) {
 	return read(f, &f.outbound)
 }
 func (f *fakeAPI) Peers(context.Context) ([]mesh.Peer, error) { return []mesh.Peer{}, nil }
@@ -333,7 +333,7 @@ func TestControllerQuestions(t *testing.T) {
 		if app.WaitsForOwner(state) {
 			api.status.OutboundWaiting = 1
 		}
-		api.outbound = []agent.OutboundTask{
+		api.outbound = []delegate.OutboundTask{
 			{ID: "T1", Agent: "bee-id", AgentName: "bee", Request: "hello there", State: a2a.TaskState(state), Message: q},
 			{ID: "T0", Agent: "bee-id", AgentName: "bee", Request: "old", State: "completed"},
 		}

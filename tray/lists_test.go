@@ -15,7 +15,7 @@ import (
 	"fyne.io/fyne/v2/test"
 	"fyne.io/fyne/v2/widget"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -212,7 +212,7 @@ func TestPeersAndManifestViews(t *testing.T) {
 	if peer.entry.Text != "" || peer.sendBtn.Disabled() {
 		t.Error("a sent message stays in the box")
 	}
-	var ts []agent.OutboundTask
+	var ts []delegate.OutboundTask
 	if err := json.Unmarshal([]byte(`[{"id":"t1","agent":"AAAAAAAAAA","request":"run device.info","state":"completed",
 		"artifacts":[{"name":"device.info","parts":[{"kind":"text","text":"desk: 16 GiB free"}]}],"updated":"2026-11-30T10:00:00Z"}]`), &ts); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 )
 
@@ -46,11 +46,11 @@ func TestQuestionsWindowAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("add the agent: %v", err)
 	}
-	task, err := c.Delegate(ctx, app.DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: ag.ID, MessageInput: agent.MessageInput{Text: "hello there"}}})
+	task, err := c.Delegate(ctx, app.DelegateRequest{DelegateRequest: delegate.DelegateRequest{Agent: ag.ID, MessageInput: delegate.MessageInput{Text: "hello there"}}})
 	if err != nil {
 		t.Fatalf("delegate: %v", err)
 	}
-	get := func() agent.OutboundTask {
+	get := func() delegate.OutboundTask {
 		t.Helper()
 		v, err := c.OutboundTask(ctx, task.ID)
 		if err != nil {

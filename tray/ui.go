@@ -18,7 +18,7 @@ import (
 	"fyne.io/fyne/v2/dialog"
 	"fyne.io/fyne/v2/widget"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/assets"
 	"meshtray/mesh"
@@ -661,17 +661,17 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 	var v *peerView
 	refreshTasks := func() {
 		u.bg(func(ctx context.Context) func() {
-			var ts []agent.OutboundTask
+			var ts []delegate.OutboundTask
 			if err := fetch(ctx, &ts, u.api.Outbound); err != nil {
 				return nil
 			}
-			ts = slices.DeleteFunc(ts, func(t agent.OutboundTask) bool { return t.Agent != id })
+			ts = slices.DeleteFunc(ts, func(t delegate.OutboundTask) bool { return t.Agent != id })
 			return func() { v.setTasks(ts) }
 		})
 	}
 	v = newPeerView(func(text string) {
 		u.bg(func(ctx context.Context) func() {
-			req := app.DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: id, MessageInput: agent.MessageInput{Text: text}}}
+			req := app.DelegateRequest{DelegateRequest: delegate.DelegateRequest{Agent: id, MessageInput: delegate.MessageInput{Text: text}}}
 			err := send(ctx, func(ctx context.Context) error { _, err := u.api.Delegate(ctx, req); return err })
 			return func() {
 				v.sent(err)
@@ -743,18 +743,18 @@ func (u *uiProc) questionsWindow() *uiWin {
 	var v *questionsView
 	refresh := func() {
 		u.bg(func(ctx context.Context) func() {
-			var ts []agent.OutboundTask
+			var ts []delegate.OutboundTask
 			if err := fetch(ctx, &ts, u.api.Outbound); err != nil {
 				u.log.Warn("cannot read the delegated tasks", "err", err)
 				return nil
 			}
-			ts = slices.DeleteFunc(ts, func(t agent.OutboundTask) bool { return !app.WaitsForOwner(string(t.State)) })
+			ts = slices.DeleteFunc(ts, func(t delegate.OutboundTask) bool { return !app.WaitsForOwner(string(t.State)) })
 			return func() { v.set(ts) }
 		})
 	}
-	v = newQuestionsView(func(t agent.OutboundTask, text string) {
+	v = newQuestionsView(func(t delegate.OutboundTask, text string) {
 		u.bg(func(ctx context.Context) func() {
-			req := app.AnswerRequest{MessageInput: agent.MessageInput{Text: text}}
+			req := app.AnswerRequest{MessageInput: delegate.MessageInput{Text: text}}
 			err := send(ctx, func(ctx context.Context) error { _, err := u.api.Answer(ctx, t.ID, req); return err })
 			return func() {
 				v.answered(t.ID, err)

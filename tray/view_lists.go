@@ -15,7 +15,7 @@ import (
 	"fyne.io/fyne/v2/widget"
 	"github.com/a2aproject/a2a-go/a2a"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -238,8 +238,8 @@ func (v *peerView) sent(err error) {
 }
 
 // setTasks shows the tasks sent to this peer, newest first.
-func (v *peerView) setTasks(ts []agent.OutboundTask) {
-	slices.SortStableFunc(ts, func(a, b agent.OutboundTask) int { return b.Updated.Compare(a.Updated) })
+func (v *peerView) setTasks(ts []delegate.OutboundTask) {
+	slices.SortStableFunc(ts, func(a, b delegate.OutboundTask) int { return b.Updated.Compare(a.Updated) })
 	var objs []fyne.CanvasObject
 	for i, t := range ts {
 		if i == 10 {

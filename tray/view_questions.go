@@ -9,7 +9,7 @@ import (
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 )
 
 // questionsView lists the delegated tasks whose agent waits for the owner
@@ -18,9 +18,9 @@ import (
 // answer; it knows nothing of HTTP. An answer being typed survives the
 // refreshes a task event brings.
 type questionsView struct {
-	answer func(t agent.OutboundTask, text string)
+	answer func(t delegate.OutboundTask, text string)
 
-	tasks   []agent.OutboundTask
+	tasks   []delegate.OutboundTask
 	entries map[string]*widget.Entry  // by task id, kept across set
 	buttons map[string]*widget.Button // by task id
 	busy    map[string]bool           // answers sent, the task not yet moved on
@@ -30,7 +30,7 @@ type questionsView struct {
 	root fyne.CanvasObject
 }
 
-func newQuestionsView(answer func(agent.OutboundTask, string)) *questionsView {
+func newQuestionsView(answer func(delegate.OutboundTask, string)) *questionsView {
 	v := &questionsView{
 		answer:  answer,
 		entries: map[string]*widget.Entry{},
@@ -45,9 +45,9 @@ func newQuestionsView(answer func(agent.OutboundTask, string)) *questionsView {
 }
 
 // set shows the tasks that wait for the owner, oldest first.
-func (v *questionsView) set(ts []agent.OutboundTask) {
+func (v *questionsView) set(ts []delegate.OutboundTask) {
 	v.tasks = slices.Clone(ts)
-	slices.SortStableFunc(v.tasks, func(a, b agent.OutboundTask) int { return a.Updated.Compare(b.Updated) })
+	slices.SortStableFunc(v.tasks, func(a, b delegate.OutboundTask) int { return a.Updated.Compare(b.Updated) })
 	live := map[string]bool{}
 	for _, t := range v.tasks {
 		live[t.ID] = true
@@ -78,7 +78,7 @@ func (v *questionsView) answered(id string, err error) {
 	v.render()
 }
 
-func (v *questionsView) send(t agent.OutboundTask) {
+func (v *questionsView) send(t delegate.OutboundTask) {
 	e := v.entries[t.ID]
 	if e == nil || v.busy[t.ID] {
 		return
@@ -105,7 +105,7 @@ func (v *questionsView) render() {
 	v.list.Refresh()
 }
 
-func (v *questionsView) card(t agent.OutboundTask) fyne.CanvasObject {
+func (v *questionsView) card(t delegate.OutboundTask) fyne.CanvasObject {
 	e := v.entries[t.ID]
 	if e == nil {
 		e = widget.NewEntry()

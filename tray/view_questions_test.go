@@ -9,7 +9,7 @@ import (
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/test"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 )
 
 // TestQuestionsView: each waiting task shows its question and an answer
@@ -19,14 +19,14 @@ func TestQuestionsView(t *testing.T) {
 	newTestApp(t)
 	type sent struct{ id, text string }
 	var got []sent
-	v := newQuestionsView(func(o agent.OutboundTask, text string) { got = append(got, sent{o.ID, text}) })
+	v := newQuestionsView(func(o delegate.OutboundTask, text string) { got = append(got, sent{o.ID, text}) })
 	w := test.NewTempWindow(t, v.root)
 	w.Resize(fyne.NewSize(560, 480))
 	if len(v.entries) != 0 || len(v.list.Objects) != 2 {
 		t.Fatalf("empty view: %d boxes, %d objects", len(v.entries), len(v.list.Objects))
 	}
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	ts := []agent.OutboundTask{
+	ts := []delegate.OutboundTask{
 		{ID: "T2", AgentName: "bee", Request: "second", State: "auth-required", Message: "Sign in first.", Updated: now.Add(time.Second)},
 		{ID: "T1", AgentName: "bee", Request: "hello there", State: "input-required", Message: "Which capability?", Updated: now},
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 )
 
@@ -153,7 +153,7 @@ when one is given).`,
 			if c.asJSON {
 				return c.printJSON(a)
 			}
-			c.printAgents([]agent.Agent{a})
+			c.printAgents([]delegate.Agent{a})
 			if !a.Ready() {
 				return &exitError{code: ExitError}
 			}
@@ -165,7 +165,7 @@ when one is given).`,
 	return cmd
 }
 
-func (c *cli) printAgents(as []agent.Agent) {
+func (c *cli) printAgents(as []delegate.Agent) {
 	if len(as) == 0 {
 		fmt.Fprintln(c.opts.Stdout, "no agents: pair a device that publishes A2A (`meshtray pair`), or add one with `meshtray agents add URL`")
 		return
@@ -174,7 +174,7 @@ func (c *cli) printAgents(as []agent.Agent) {
 	fmt.Fprintln(w, "ID\tKIND\tNAME\tSTATUS\tSTREAMING\tSKILLS\tURL")
 	for _, a := range as {
 		id := a.ID
-		if a.Kind == agent.AgentPeer {
+		if a.Kind == delegate.AgentPeer {
 			id = shortID(a.ID)
 		}
 		streaming, skills := "-", "-"
@@ -194,7 +194,7 @@ func (c *cli) printAgents(as []agent.Agent) {
 // where other users of the machine see it in ps); what names it in the
 // error when there is none.
 func readSecretLine(r io.Reader, what string) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, agent.MaxTokenLen+2)).ReadString('\n')
+	line, err := bufio.NewReader(io.LimitReader(r, delegate.MaxTokenLen+2)).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 	"meshtray/app"
 )
 
@@ -46,12 +46,12 @@ type messageFlags struct {
 func (m *messageFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&m.data, "data", "", `a JSON object sent as a data part, e.g. '{"capability":"device.info"}'`)
-	f.StringVar(&m.file, "file", "", fmt.Sprintf("a file sent inline as a file part (at most %d KiB)", agent.MaxFileBytes>>10))
+	f.StringVar(&m.file, "file", "", fmt.Sprintf("a file sent inline as a file part (at most %d KiB)", delegate.MaxFileBytes>>10))
 	f.BoolVar(&m.detach, "detach", false, "print the task once the agent took it and exit (it goes on in the node; see: meshtray outbound)")
 }
 
-func (m *messageFlags) input(text string) (agent.MessageInput, error) {
-	in := agent.MessageInput{Text: text}
+func (m *messageFlags) input(text string) (delegate.MessageInput, error) {
+	in := delegate.MessageInput{Text: text}
 	if m.data != "" {
 		dec := json.NewDecoder(strings.NewReader(m.data))
 		dec.UseNumber()
@@ -65,14 +65,14 @@ func (m *messageFlags) input(text string) (agent.MessageInput, error) {
 			return in, err
 		}
 		defer f.Close()
-		b, err := io.ReadAll(io.LimitReader(f, agent.MaxFileBytes+1))
+		b, err := io.ReadAll(io.LimitReader(f, delegate.MaxFileBytes+1))
 		if err != nil {
 			return in, err
 		}
-		if len(b) > agent.MaxFileBytes {
-			return in, usageError{fmt.Errorf("--file %s is over %d KiB", m.file, agent.MaxFileBytes>>10)}
+		if len(b) > delegate.MaxFileBytes {
+			return in, usageError{fmt.Errorf("--file %s is over %d KiB", m.file, delegate.MaxFileBytes>>10)}
 		}
-		in.File = &agent.FileInput{Name: m.file, Bytes: b}
+		in.File = &delegate.FileInput{Name: m.file, Bytes: b}
 	}
 	if strings.TrimSpace(in.Text) == "" && in.Data == nil && in.File == nil {
 		return in, usageError{errors.New("nothing to send: give TEXT, --data or --file")}
@@ -117,10 +117,10 @@ with backoff.
 			if err != nil {
 				return err
 			}
-			req := app.DelegateRequest{DelegateRequest: agent.DelegateRequest{Agent: args[0], MessageInput: in, Stream: &stream}}
+			req := app.DelegateRequest{DelegateRequest: delegate.DelegateRequest{Agent: args[0], MessageInput: in, Stream: &stream}}
 			return c.follow(cmd, mf.detach,
-				func(ctx context.Context, cl *app.Client) (agent.OutboundTask, error) { return cl.Delegate(ctx, req) },
-				func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
+				func(ctx context.Context, cl *app.Client) (delegate.OutboundTask, error) { return cl.Delegate(ctx, req) },
+				func(ctx context.Context, cl *app.Client) (*app.Stream[delegate.OutboundEvent], error) {
 					return cl.DelegateWatch(ctx, req)
 				})
 		},
@@ -153,10 +153,10 @@ shows (or a prefix of it, or the agent's task id).
 			}
 			req := app.AnswerRequest{MessageInput: in}
 			return c.follow(cmd, mf.detach,
-				func(ctx context.Context, cl *app.Client) (agent.OutboundTask, error) {
+				func(ctx context.Context, cl *app.Client) (delegate.OutboundTask, error) {
 					return cl.Answer(ctx, args[0], req)
 				},
-				func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
+				func(ctx context.Context, cl *app.Client) (*app.Stream[delegate.OutboundEvent], error) {
 					return cl.AnswerWatch(ctx, args[0], req)
 				})
 		},
@@ -210,7 +210,7 @@ it whole (artifacts included); --follow watches it until it ends or asks.
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && follow {
-				return c.follow(cmd, false, nil, func(ctx context.Context, cl *app.Client) (*app.Stream[agent.OutboundEvent], error) {
+				return c.follow(cmd, false, nil, func(ctx context.Context, cl *app.Client) (*app.Stream[delegate.OutboundEvent], error) {
 					return cl.Watch(ctx, args[0])
 				})
 			}
@@ -246,7 +246,7 @@ it whole (artifacts included); --follow watches it until it ends or asks.
 	return cmd
 }
 
-func (c *cli) printTaskDetail(t agent.OutboundTask) {
+func (c *cli) printTaskDetail(t delegate.OutboundTask) {
 	w := c.table()
 	fmt.Fprintf(w, "task\t%s (at the agent: %s)\n", t.ID, t.TaskID)
 	fmt.Fprintf(w, "agent\t%s (%s %s)\n", oneLine(t.AgentName, 64), t.AgentKind, shortID(t.Agent))
@@ -277,7 +277,7 @@ func (c *cli) printTaskDetail(t agent.OutboundTask) {
 	}
 }
 
-func (c *cli) printOutbound(ts []agent.OutboundTask) {
+func (c *cli) printOutbound(ts []delegate.OutboundTask) {
 	if len(ts) == 0 {
 		fmt.Fprintln(c.opts.Stdout, "no delegated tasks yet (`meshtray delegate AGENT TEXT`)")
 		return
@@ -306,8 +306,8 @@ func (c *cli) printOutbound(ts []agent.OutboundTask) {
 // the agent took it (send); otherwise the stream of its events (watch),
 // printed as they come, and the exit code of its final state.
 func (c *cli) follow(cmd *cobra.Command, detach bool,
-	send func(context.Context, *app.Client) (agent.OutboundTask, error),
-	watch func(context.Context, *app.Client) (*app.Stream[agent.OutboundEvent], error)) error {
+	send func(context.Context, *app.Client) (delegate.OutboundTask, error),
+	watch func(context.Context, *app.Client) (*app.Stream[delegate.OutboundEvent], error)) error {
 	cl, err := c.dial()
 	if err != nil {
 		return err
@@ -339,7 +339,7 @@ func (c *cli) follow(cmd *cobra.Command, detach bool,
 	defer p.finish()
 	enc := json.NewEncoder(c.opts.Stdout)
 	enc.SetEscapeHTML(false)
-	var last *agent.OutboundTask
+	var last *delegate.OutboundTask
 	for {
 		ev, err := events.Next()
 		if err != nil {
@@ -377,7 +377,7 @@ func (c *cli) follow(cmd *cobra.Command, detach bool,
 }
 
 // exitFor maps a followed task's end to the exit code.
-func exitFor(t *agent.OutboundTask) error {
+func exitFor(t *delegate.OutboundTask) error {
 	if t == nil {
 		return errors.New("the node ended the stream without the task")
 	}
@@ -504,7 +504,7 @@ func (p *taskPrinter) clearLocked() {
 	}
 }
 
-func (p *taskPrinter) event(ev agent.OutboundEvent) {
+func (p *taskPrinter) event(ev delegate.OutboundEvent) {
 	switch {
 	case ev.Task != nil && !ev.End:
 		p.header(*ev.Task)
@@ -521,7 +521,7 @@ func (p *taskPrinter) event(ev agent.OutboundEvent) {
 	}
 }
 
-func (p *taskPrinter) header(t agent.OutboundTask) {
+func (p *taskPrinter) header(t delegate.OutboundTask) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearLocked()
@@ -530,7 +530,7 @@ func (p *taskPrinter) header(t agent.OutboundTask) {
 }
 
 // task prints what a snapshot adds: artifacts not printed, a new state.
-func (p *taskPrinter) task(t agent.OutboundTask) {
+func (p *taskPrinter) task(t delegate.OutboundTask) {
 	p.mu.Lock()
 	for _, a := range t.Artifacts {
 		n := p.printed[a.ID]
@@ -538,7 +538,7 @@ func (p *taskPrinter) task(t agent.OutboundTask) {
 		case n == 0 && len(a.Parts) > 0:
 			p.artifactLocked(a, false)
 		case len(a.Parts) > n:
-			p.artifactLocked(agent.OutboundArtifact{ID: a.ID, Name: a.Name, Parts: a.Parts[n:]}, true)
+			p.artifactLocked(delegate.OutboundArtifact{ID: a.ID, Name: a.Name, Parts: a.Parts[n:]}, true)
 		}
 	}
 	p.mu.Unlock()
@@ -571,7 +571,7 @@ func (p *taskPrinter) status(st a2a.TaskState, msg string) {
 	}
 }
 
-func (p *taskPrinter) artifactLocked(a agent.OutboundArtifact, appended bool) {
+func (p *taskPrinter) artifactLocked(a delegate.OutboundArtifact, appended bool) {
 	if p.line {
 		fmt.Fprint(p.errw, "\r\033[K")
 		p.line = false
@@ -668,7 +668,7 @@ func (p *taskPrinter) endLineLocked() {
 }
 
 // end prints what a person does next.
-func (p *taskPrinter) end(t agent.OutboundTask) {
+func (p *taskPrinter) end(t delegate.OutboundTask) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearLocked()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
-	agent "meshtray/a2a"
+	"meshtray/a2a/delegate"
 )
 
 // TestTaskPrinterSaysEachThingOnce: a followed task's result and its
@@ -30,13 +30,13 @@ func TestTaskPrinterSaysEachThingOnce(t *testing.T) {
 			t.Parallel()
 			var out, errw bytes.Buffer
 			p := newTaskPrinter(&out, &errw, false)
-			task := agent.OutboundTask{ID: "abcd", AgentName: "bee", State: a2a.TaskStateWorking}
-			p.event(agent.OutboundEvent{Task: &task})
-			p.event(agent.OutboundEvent{Artifact: &agent.OutboundArtifact{ID: "a1", Name: "device.info", Parts: tc.parts}})
-			p.event(agent.OutboundEvent{State: a2a.TaskStateCompleted, Message: sum})
+			task := delegate.OutboundTask{ID: "abcd", AgentName: "bee", State: a2a.TaskStateWorking}
+			p.event(delegate.OutboundEvent{Task: &task})
+			p.event(delegate.OutboundEvent{Artifact: &delegate.OutboundArtifact{ID: "a1", Name: "device.info", Parts: tc.parts}})
+			p.event(delegate.OutboundEvent{State: a2a.TaskStateCompleted, Message: sum})
 			task.State, task.Message = a2a.TaskStateCompleted, sum
-			task.Artifacts = []agent.OutboundArtifact{{ID: "a1", Name: "device.info", Parts: tc.parts}}
-			p.event(agent.OutboundEvent{Task: &task, End: true})
+			task.Artifacts = []delegate.OutboundArtifact{{ID: "a1", Name: "device.info", Parts: tc.parts}}
+			p.event(delegate.OutboundEvent{Task: &task, End: true})
 			p.finish()
 			got := out.String()
 			if n := strings.Count(got, sum); n != 1 {
@@ -56,8 +56,8 @@ func TestTaskPrinterSaysEachThingOnce(t *testing.T) {
 	// A final answer that says something else is printed.
 	var out, errw bytes.Buffer
 	p := newTaskPrinter(&out, &errw, false)
-	p.event(agent.OutboundEvent{Artifact: &agent.OutboundArtifact{ID: "a1", Parts: a2a.ContentParts{a2a.TextPart{Text: "the report"}}}})
-	p.event(agent.OutboundEvent{State: a2a.TaskStateCompleted, Message: "done"})
+	p.event(delegate.OutboundEvent{Artifact: &delegate.OutboundArtifact{ID: "a1", Parts: a2a.ContentParts{a2a.TextPart{Text: "the report"}}}})
+	p.event(delegate.OutboundEvent{State: a2a.TaskStateCompleted, Message: "done"})
 	p.finish()
 	if !strings.Contains(out.String(), "the report") || !strings.Contains(out.String(), "done") {
 		t.Fatalf("stdout:\n%s", out.String())

@@ -1,11 +1,10 @@
-package a2a
+package delegate
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/a2a"
+
+	agent "meshtray/a2a"
 )
 
 // The outbound side (issue 4 §2): delegations this device sent to other
@@ -109,7 +110,7 @@ func (in MessageInput) message() (*a2a.Message, error) {
 			mt = "application/octet-stream"
 		}
 		parts = append(parts, a2a.FilePart{File: a2a.FileBytes{
-			FileMeta: a2a.FileMeta{Name: truncate(name, 200), MimeType: truncate(mt, 100)},
+			FileMeta: a2a.FileMeta{Name: agent.Truncate(name, 200), MimeType: agent.Truncate(mt, 100)},
 			Bytes:    base64.StdEncoding.EncodeToString(f.Bytes),
 		}})
 	}
@@ -122,14 +123,14 @@ func (in MessageInput) message() (*a2a.Message, error) {
 // requestLine is the first line of what was asked, for the view.
 func requestLine(in MessageInput) string {
 	if line, _, _ := strings.Cut(strings.TrimSpace(in.Text), "\n"); line != "" {
-		return truncate(line, 200)
+		return agent.Truncate(line, 200)
 	}
 	if in.Data != nil {
-		b, _ := marshalJSON(in.Data)
-		return truncate(string(b), 200)
+		b, _ := agent.MarshalJSON(in.Data)
+		return agent.Truncate(string(b), 200)
 	}
 	if in.File != nil {
-		return "[file " + truncate(filepath.Base(in.File.Name), 100) + "]"
+		return "[file " + agent.Truncate(filepath.Base(in.File.Name), 100) + "]"
 	}
 	return ""
 }
@@ -313,7 +314,7 @@ func newShortID() string {
 // one nobody follows, to stay within Max.
 func (o *Outbound) insertLocked(e *outEntry) error {
 	if o.closed {
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return fmt.Errorf("%w: shutting down", agent.ErrUnavailable)
 	}
 	for len(o.order) >= o.o.Max {
 		victim := -1
@@ -404,7 +405,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 	if o.closed {
 		o.mu.Unlock()
 		rem.Close()
-		return OutboundTask{}, fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return OutboundTask{}, fmt.Errorf("%w: shutting down", agent.ErrUnavailable)
 	}
 	o.wg.Add(1)
 	stream := e.view.Streaming
@@ -530,7 +531,7 @@ func (o *Outbound) apply(e *outEntry, ev a2a.Event) {
 			e.view.ContextID = v.ContextID
 		}
 		e.view.State = a2a.TaskStateCompleted
-		e.view.Message = truncate(messageText(v), maxStatusText)
+		e.view.Message = agent.Truncate(messageText(v), maxStatusText)
 		var other a2a.ContentParts
 		for _, p := range v.Parts {
 			if _, isText := p.(a2a.TextPart); !isText {
@@ -551,9 +552,9 @@ func (e *outEntry) setStatusLocked(st a2a.TaskStatus) {
 		return // terminal states are final
 	}
 	e.view.State = st.State
-	e.view.Message = truncate(messageText(st.Message), maxStatusText)
+	e.view.Message = agent.Truncate(messageText(st.Message), maxStatusText)
 	if e.view.Message == "" && st.Message != nil {
-		e.view.Message = truncate(dataText(st.Message.Parts), maxStatusText)
+		e.view.Message = agent.Truncate(dataText(st.Message.Parts), maxStatusText)
 	}
 }
 
@@ -562,7 +563,7 @@ func dataText(ps a2a.ContentParts) string {
 	var b strings.Builder
 	for _, p := range ps {
 		if d, ok := p.(a2a.DataPart); ok {
-			j, _ := marshalJSON(d.Data)
+			j, _ := agent.MarshalJSON(d.Data)
 			b.Write(j)
 		}
 	}
@@ -573,7 +574,7 @@ func dataText(ps a2a.ContentParts) string {
 func (o *Outbound) boundPartsLocked(e *outEntry, parts a2a.ContentParts) a2a.ContentParts {
 	out := make(a2a.ContentParts, 0, len(parts))
 	for _, p := range parts {
-		n := partSize(p)
+		n := agent.PartSize(p)
 		if e.bytes+n > o.o.MaxBytes {
 			if !e.view.Truncated {
 				e.view.Truncated = true
@@ -585,24 +586,6 @@ func (o *Outbound) boundPartsLocked(e *outEntry, parts a2a.ContentParts) a2a.Con
 		out = append(out, p)
 	}
 	return out
-}
-
-// partSize is what a part costs to keep: its text or file content (and
-// names) as sent, other parts as JSON.
-func partSize(p a2a.Part) int64 {
-	switch v := p.(type) {
-	case a2a.TextPart:
-		return int64(len(v.Text))
-	case a2a.FilePart:
-		switch f := v.File.(type) {
-		case a2a.FileBytes:
-			return int64(len(f.Bytes) + len(f.Name) + len(f.MimeType))
-		case a2a.FileURI:
-			return int64(len(f.URI) + len(f.Name) + len(f.MimeType))
-		}
-	}
-	b, _ := json.Marshal(p)
-	return int64(len(b))
 }
 
 func (o *Outbound) addArtifactLocked(e *outEntry, a *a2a.Artifact) {
@@ -619,7 +602,7 @@ func (o *Outbound) addArtifactLocked(e *outEntry, a *a2a.Artifact) {
 		return
 	}
 	e.artIdx[a.ID] = len(e.view.Artifacts)
-	e.view.Artifacts = append(e.view.Artifacts, OutboundArtifact{ID: string(a.ID), Name: truncate(a.Name, 200), Parts: parts})
+	e.view.Artifacts = append(e.view.Artifacts, OutboundArtifact{ID: string(a.ID), Name: agent.Truncate(a.Name, 200), Parts: parts})
 }
 
 func (o *Outbound) appendArtifactLocked(e *outEntry, a *a2a.Artifact, parts a2a.ContentParts) {
@@ -652,9 +635,9 @@ func (o *Outbound) findLocked(ref string) (*outEntry, error) {
 		return hits[0], nil
 	}
 	if len(hits) > 1 {
-		return nil, fmt.Errorf("%w: %q matches %d outbound tasks; give more of the id", ErrInvalidInput, truncate(ref, 64), len(hits))
+		return nil, fmt.Errorf("%w: %q matches %d outbound tasks; give more of the id", ErrInvalidInput, agent.Truncate(ref, 64), len(hits))
 	}
-	return nil, fmt.Errorf("%w: %q (see `meshtray outbound`)", ErrOutboundNotFound, truncate(ref, 64))
+	return nil, fmt.Errorf("%w: %q (see `meshtray outbound`)", ErrOutboundNotFound, agent.Truncate(ref, 64))
 }
 
 // Get returns one task of the view.
@@ -707,10 +690,10 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 		return OutboundTask{}, err
 	}
 	st := e.view.State
-	if !interrupted(st) || e.view.Following || e.view.TaskID == "" {
+	if !agent.Interrupted(st) || e.view.Following || e.view.TaskID == "" {
 		id := e.view.ID
 		o.mu.Unlock()
-		if e.view.Following && !interrupted(st) {
+		if e.view.Following && !agent.Interrupted(st) {
 			return OutboundTask{}, fmt.Errorf("%w: task %s is %s; answer it when it asks (input-required)", ErrOutboundState, id, st)
 		}
 		return OutboundTask{}, fmt.Errorf("%w: task %s is %s; only a task asking for input (input-required) takes an answer", ErrOutboundState, id, st)

@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2asrv"
 	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+
+	agent "meshtray/a2a"
 )
 
 // upstream is a real a2a-go v0.3.15 a2asrv agent on loopback: the agent
@@ -159,7 +161,7 @@ func newUpstream(t testing.TB, o upstreamOpts) *upstream {
 	u := &upstream{token: o.token, stopped: make(chan a2a.TaskID, 8), started: make(chan a2a.TaskID, 8)}
 	u.rpc = a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(upstreamExec{u}))
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+CardPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+agent.CardPath, func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		card := *u.card
 		u.mu.Unlock()

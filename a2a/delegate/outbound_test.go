@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -18,13 +18,14 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
+	agent "meshtray/a2a"
 	"meshtray/keychain"
 	"meshtray/pairing"
 )
 
 // The outbound client, the agent registry and the outbound view, against a
 // real a2a-go v0.3.15 a2asrv agent (upstream_test.go) and, for paired
-// peers, a real meshtray Server behind the real pairing grants, auth
+// peers, a real meshtray server behind the real pairing grants, auth
 // middleware and certificate pinning.
 
 func TestCheckAgentURL(t *testing.T) {
@@ -621,7 +622,7 @@ func (p peerSource) Subscribe() (<-chan struct{}, func())               { return
 type peerB struct {
 	id     *pairing.Identity
 	grants *pairing.Grants
-	srv    *Server
+	srv    *agent.Server
 	hs     *httptest.Server
 	grant  pairing.Grant
 	token  string
@@ -643,12 +644,12 @@ func newPeerB(t *testing.T, serveAs *pairing.Identity) *peerB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Options{DeviceName: "bee", Executor: &scriptExecutor{}, Approver: approveAll{}, Manifest: testManifest})
+	srv := agent.NewServer(agent.Options{DeviceName: "bee", Executor: &scriptExecutor{}, Approver: approveAll{}, Manifest: testManifest})
 	srv.SetPublished(true)
 	auth := &pairing.Auth{Grants: g}
 	mux := http.NewServeMux()
-	mux.Handle("GET "+CardPath, auth.Public(srv.CardHandler()))
-	mux.Handle("POST "+RPCPath, auth.Require(pairing.ScopeAgent, srv))
+	mux.Handle("GET "+agent.CardPath, auth.Public(srv.CardHandler()))
+	mux.Handle("POST "+agent.RPCPath, auth.Require(pairing.ScopeAgent, srv))
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0) // the pin test's refused handshakes
 	if serveAs == nil {

@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
+	agent "meshtray/a2a"
 	"meshtray/pairing"
 )
 
@@ -38,7 +39,7 @@ const (
 
 // ForwardOptions configure a ForwardExecutor.
 type ForwardOptions struct {
-	// URL is the upstream agent: its base URL (the card is at CardPath
+	// URL is the upstream agent: its base URL (the card is at agent.CardPath
 	// below it) or its card's URL. CheckAgentURL's rules apply (https, or
 	// http to loopback or, with IsTailnetAddr, a tailnet peer's address).
 	URL string
@@ -116,7 +117,7 @@ type ForwardExecutor struct {
 	problem  string
 	contexts map[fwdCtxKey]*fwdCtx
 	parked   map[a2a.TaskID]a2a.TaskID // local task -> upstream task, waiting for the caller
-	srv      *Server
+	srv      *agent.Server
 	attached bool
 }
 
@@ -128,8 +129,8 @@ type fwdCtx struct {
 }
 
 var (
-	_ Executor   = (*ForwardExecutor)(nil)
-	_ Summarizer = (*ForwardExecutor)(nil)
+	_ agent.Executor   = (*ForwardExecutor)(nil)
+	_ agent.Summarizer = (*ForwardExecutor)(nil)
 )
 
 // NewForwardExecutor returns a forward executor for o.URL; the upstream
@@ -174,7 +175,7 @@ func NewForwardExecutor(o ForwardOptions) (*ForwardExecutor, error) {
 
 // Attach lets the executor see the engine's tasks, to forward the cancel
 // of a task canceled while it waited for its caller; it starts the sweep.
-func (f *ForwardExecutor) Attach(s *Server) {
+func (f *ForwardExecutor) Attach(s *agent.Server) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.attached || f.ctx.Err() != nil {
@@ -381,10 +382,10 @@ func (f *ForwardExecutor) openFresh(ctx context.Context, force bool) (*remote, e
 // Summarize implements Summarizer: the first line of the text, else the
 // data parts as JSON, then the names of the files (textSummary).
 func (f *ForwardExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) string {
-	return textSummary(msg, "(an empty message)")
+	return agent.TextSummary(msg, "(an empty message)")
 }
 
-// fwdState is kept on the local task across turns (Execution.Value).
+// fwdState is kept on the local task across turns (agent.Execution.Value).
 type fwdState struct {
 	upTask    a2a.TaskID
 	upCtx     string
@@ -400,8 +401,8 @@ type fwdOutcome struct {
 	msg   *a2a.Message
 }
 
-// Execute implements Executor.
-func (f *ForwardExecutor) Execute(ctx context.Context, ex *Execution) error {
+// Execute implements agent.Executor.
+func (f *ForwardExecutor) Execute(ctx context.Context, ex *agent.Execution) error {
 	st, _ := ex.Value().(*fwdState)
 	if st == nil {
 		st = &fwdState{local: make(map[a2a.ArtifactID]a2a.ArtifactID)}
@@ -495,7 +496,7 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *Execution) error {
 }
 
 // relay passes one upstream event to the local task.
-func (f *ForwardExecutor) relay(ex *Execution, st *fwdState, key fwdCtxKey, ev a2a.Event, out *fwdOutcome) {
+func (f *ForwardExecutor) relay(ex *agent.Execution, st *fwdState, key fwdCtxKey, ev a2a.Event, out *fwdOutcome) {
 	if id := ev.TaskInfo().TaskID; id != "" && st.upTask != "" && id != st.upTask {
 		return // not ours
 	}

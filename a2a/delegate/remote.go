@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 
+	agent "meshtray/a2a"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -237,7 +238,7 @@ func redact(s, token string) string {
 // cleanSnippet makes the start of an error body printable on one line.
 func cleanSnippet(b []byte) string {
 	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "?")), " ")
-	return truncate(s, 200)
+	return agent.Truncate(s, 200)
 }
 
 // newExternalTransport is the transport for agents that are not paired
@@ -301,7 +302,7 @@ func parseAgentURL(raw string) (*url.URL, error) {
 	}
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || u.Host == "" || u.Opaque != "" {
-		return nil, fmt.Errorf("%q is not an absolute http(s) URL", truncate(raw, 100))
+		return nil, fmt.Errorf("%q is not an absolute http(s) URL", agent.Truncate(raw, 100))
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return nil, errors.New("the agent URL must not carry user info, a query or a fragment (a token goes in --token-stdin)")
@@ -309,7 +310,7 @@ func parseAgentURL(raw string) (*url.URL, error) {
 	switch u.Scheme {
 	case "https", "http":
 	default:
-		return nil, fmt.Errorf("scheme %q: want https (or http to a loopback or tailnet address)", truncate(u.Scheme, 20))
+		return nil, fmt.Errorf("scheme %q: want https (or http to a loopback or tailnet address)", agent.Truncate(u.Scheme, 20))
 	}
 	return u, nil
 }
@@ -392,7 +393,7 @@ func VerifyCard(card *a2a.AgentCard, base *url.URL) (CardInfo, error) {
 		return bad("protocolVersion is missing")
 	}
 	if pv != protocolMajorMinor && !strings.HasPrefix(pv, protocolMajorMinor+".") {
-		return bad("protocolVersion %q: meshtray speaks A2A 0.3 (JSON-RPC method names changed in 1.0)", truncate(pv, 20))
+		return bad("protocolVersion %q: meshtray speaks A2A 0.3 (JSON-RPC method names changed in 1.0)", agent.Truncate(pv, 20))
 	}
 	name := strings.TrimSpace(card.Name)
 	if name == "" {
@@ -415,24 +416,24 @@ func VerifyCard(card *a2a.AgentCard, base *url.URL) (CardInfo, error) {
 		if card.URL == "" {
 			return bad("url is missing")
 		}
-		return bad("no JSON-RPC interface (preferredTransport %q, no JSONRPC entry in additionalInterfaces)", truncate(string(card.PreferredTransport), 20))
+		return bad("no JSON-RPC interface (preferredTransport %q, no JSONRPC entry in additionalInterfaces)", agent.Truncate(string(card.PreferredTransport), 20))
 	}
 	eu, err := parseAgentURL(endpoint)
 	if err != nil {
-		return bad("url %q: %v", truncate(endpoint, 100), err)
+		return bad("url %q: %v", agent.Truncate(endpoint, 100), err)
 	}
 	if origin(eu) != origin(base) {
 		return bad("url %s is on another origin than %s, where the card came from; meshtray sends a token only where it fetched the card",
-			truncate(endpoint, 100), origin(base))
+			agent.Truncate(endpoint, 100), origin(base))
 	}
 	if len(card.Skills) == 0 {
 		return bad("no skills: the card declares nothing the agent can do")
 	}
 	info := CardInfo{
-		Name:            truncate(oneLineText(name), maxCardNameLen),
-		Description:     truncate(oneLineText(card.Description), maxCardTextLen),
-		Version:         truncate(oneLineText(card.Version), 40),
-		ProtocolVersion: truncate(pv, 20),
+		Name:            agent.Truncate(oneLineText(name), maxCardNameLen),
+		Description:     agent.Truncate(oneLineText(card.Description), maxCardTextLen),
+		Version:         agent.Truncate(oneLineText(card.Version), 40),
+		ProtocolVersion: agent.Truncate(pv, 20),
 		Endpoint:        eu.String(),
 		Streaming:       card.Capabilities.Streaming,
 	}
@@ -442,8 +443,8 @@ func VerifyCard(card *a2a.AgentCard, base *url.URL) (CardInfo, error) {
 		}
 		if len(info.Skills) < maxCardSkills {
 			info.Skills = append(info.Skills, SkillInfo{
-				ID:   truncate(oneLineText(s.ID), maxSkillFieldLen),
-				Name: truncate(oneLineText(s.Name), maxSkillFieldLen),
+				ID:   agent.Truncate(oneLineText(s.ID), maxSkillFieldLen),
+				Name: agent.Truncate(oneLineText(s.Name), maxSkillFieldLen),
 			})
 		}
 	}
@@ -457,13 +458,13 @@ func oneLineText(s string) string {
 
 // cardURL is where the card of an agent added as raw lives: raw itself when
 // its path ends in ".json" (an explicit card URL), else raw's path +
-// CardPath (A2A 0.3.0 §5.3, the well-known URI).
+// agent.CardPath (A2A 0.3.0 §5.3, the well-known URI).
 func cardURL(u *url.URL) *url.URL {
 	c := *u
 	if strings.HasSuffix(strings.ToLower(c.Path), ".json") {
 		return &c
 	}
-	c.Path = strings.TrimSuffix(c.Path, "/") + CardPath
+	c.Path = strings.TrimSuffix(c.Path, "/") + agent.CardPath
 	c.RawPath = ""
 	return &c
 }
@@ -563,9 +564,9 @@ const maxCause = 300
 // token-like redacted, one line with invisible characters escaped
 // (nodes.EscapeInvisible), at most maxCause bytes.
 func causeText(err error, token string) string {
-	s := truncate(stripURLs(err), 4096) // bound the work; a token is < 4 KiB
+	s := agent.Truncate(stripURLs(err), 4096) // bound the work; a token is < 4 KiB
 	s = redact(s, token)
-	return truncate(nodes.EscapeInvisible(oneLineText(s)), maxCause)
+	return agent.Truncate(nodes.EscapeInvisible(oneLineText(s)), maxCause)
 }
 
 // stripURLs is err's text with each *url.Error's `Op "URL"` reduced to Op
@@ -716,7 +717,7 @@ func transient(err error) bool {
 // settled reports a state in which the agent waits or is done: the stream
 // closes and polling stops (A2A 0.3.0 §7.2: final on terminal and
 // interrupted states).
-func settled(s a2a.TaskState) bool { return s.Terminal() || interrupted(s) }
+func settled(s a2a.TaskState) bool { return s.Terminal() || agent.Interrupted(s) }
 
 // finalEvent reports whether ev ends a stream.
 func finalEvent(ev a2a.Event) bool {
@@ -775,7 +776,7 @@ const (
 // (input-required or auth-required), per tasks/get.
 func (r *remote) stillAsking(ctx context.Context, id a2a.TaskID) bool {
 	t, err := r.client.GetTask(ctx, &a2a.TaskQueryParams{ID: id})
-	return err == nil && t != nil && interrupted(t.Status.State)
+	return err == nil && t != nil && agent.Interrupted(t.Status.State)
 }
 
 // exchangeOnce is one send of params and the following of its task.

@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
+
+	agent "meshtray/a2a"
 )
 
 // The forward executor in front of a real a2a-go v0.3.15 a2asrv agent,
@@ -15,7 +17,7 @@ import (
 
 // forwardEnv is meshtray's server with the forward executor in front of
 // up; the owner's approvals go through ap (nil: allowed by policy).
-func forwardEnv(t *testing.T, up *upstream, ap Approver, o ForwardOptions) (*testEnv, *ForwardExecutor) {
+func forwardEnv(t *testing.T, up *upstream, ap agent.Approver, o ForwardOptions) (*testEnv, *ForwardExecutor) {
 	t.Helper()
 	if o.URL == "" {
 		o.URL = up.hs.URL
@@ -29,7 +31,7 @@ func forwardEnv(t *testing.T, up *upstream, ap Approver, o ForwardOptions) (*tes
 		t.Fatal(err)
 	}
 	t.Cleanup(fw.Close) // after the server's shutdown (cleanups run last first)
-	env := newEnv(t, Options{Executor: fw, Approver: ap})
+	env := newEnv(t, agent.Options{Executor: fw, Approver: ap})
 	fw.Attach(env.srv)
 	return env, fw
 }
@@ -75,7 +77,7 @@ func TestForwardStreamsUpstreamEvents(t *testing.T) {
 			if pa.Summary != "chunks 3" || up.requests() != 0 {
 				t.Fatalf("approval %q, upstream requests %d before approval", pa.Summary, up.requests())
 			}
-			pa.answer <- Decision{Approved: true, ByOwner: true}
+			pa.answer <- agent.Decision{Approved: true, ByOwner: true}
 			select {
 			case err := <-done:
 				if err != nil {
@@ -257,7 +259,7 @@ func TestForwardRefusalsAndFailures(t *testing.T) {
 			}
 			done <- res.(*a2a.Task)
 		}()
-		ap.next(t).answer <- Decision{Reason: "denied by the owner", ByOwner: true}
+		ap.next(t).answer <- agent.Decision{Reason: "denied by the owner", ByOwner: true}
 		task := <-done
 		if task == nil || task.Status.State != a2a.TaskStateRejected {
 			t.Fatalf("denied task %+v", task)

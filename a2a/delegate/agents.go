@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	agent "meshtray/a2a"
 	"meshtray/keychain"
 	"meshtray/pairing"
 )
@@ -529,7 +530,7 @@ func (a *Agents) resolve(ref string) (target, error) {
 	defer a.mu.Unlock()
 	unknown := func() (target, error) {
 		return target{}, &AgentError{Agent: ref, Kind: ErrAgentUnknown,
-			Detail: fmt.Sprintf("no agent %q: see `meshtray agents list` (paired devices that publish A2A, and agents added with `meshtray agents add URL`)", truncate(ref, 64))}
+			Detail: fmt.Sprintf("no agent %q: see `meshtray agents list` (paired devices that publish A2A, and agents added with `meshtray agents add URL`)", agent.Truncate(ref, 64))}
 	}
 
 	// 1. A full device ID.
@@ -607,16 +608,16 @@ func (a *Agents) resolve(ref string) (target, error) {
 			if h.ext.Card != nil {
 				name = h.ext.Card.Name
 			}
-			names = append(names, fmt.Sprintf("agent %q at %s", truncate(name, 64), h.ext.URL))
+			names = append(names, fmt.Sprintf("agent %q at %s", agent.Truncate(name, 64), h.ext.URL))
 		case h.peer != nil:
-			names = append(names, fmt.Sprintf("paired device %q, %s", truncate(h.peer.Name, 64), shortDevice(h.id)))
+			names = append(names, fmt.Sprintf("paired device %q, %s", agent.Truncate(h.peer.Name, 64), shortDevice(h.id)))
 		default:
-			names = append(names, fmt.Sprintf("revoked device %q, %s", truncate(h.tomb.name, 64), shortDevice(h.id)))
+			names = append(names, fmt.Sprintf("revoked device %q, %s", agent.Truncate(h.tomb.name, 64), shortDevice(h.id)))
 		}
 	}
 	slices.Sort(names)
 	return target{}, fmt.Errorf("%w: %q could mean %d agents (%s); name a device by its ID (at least %d characters) and an added agent by its URL",
-		ErrInvalidInput, truncate(ref, 64), len(hits), strings.Join(names, "; "), MinDevicePrefix)
+		ErrInvalidInput, agent.Truncate(ref, 64), len(hits), strings.Join(names, "; "), MinDevicePrefix)
 }
 
 func revokedError(id string, t tombstone) error {
@@ -672,7 +673,7 @@ func normalizeToken(tok string) (string, error) {
 }
 
 // Add adds (or, for a URL already added, updates) the external agent at
-// rawURL: a base URL (its card is at CardPath below it) or the card's own
+// rawURL: a base URL (its card is at agent.CardPath below it) or the card's own
 // URL (a path ending in .json). The card is fetched and verified
 // (VerifyCard) before anything is stored; then the token, when given,
 // goes to the keychain (agent/<id>) and the record to the agents file.

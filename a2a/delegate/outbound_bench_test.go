@@ -1,4 +1,4 @@
-package a2a
+package delegate
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
+
+	agent "meshtray/a2a"
 )
 
 // What meshtray's outbound side costs on top of a bare a2a-go client, side
 // by side on loopback against the same a2asrv agent (echo, streaming card):
 //
-//	go test -run '^$' -bench 'Outbound|Forward' -benchmem ./a2a
+//	go test -run '^$' -bench 'Outbound|Forward' -benchmem ./a2a/delegate
 //
 // BenchmarkOutbound/direct       a2a-go client, message/stream, drain to final
 // BenchmarkOutbound/delegate     Outbound.Delegate + Watch to End (card TTL, tracker, view)
@@ -94,18 +96,18 @@ func BenchmarkForward(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer fw.Close()
-		srv := NewServer(Options{DeviceName: "bench", Executor: fw, Approver: approveAll{}})
+		srv := agent.NewServer(agent.Options{DeviceName: "bench", Executor: fw, Approver: approveAll{}})
 		srv.SetPublished(true)
 		defer srv.Shutdown(ctx)
 		auth := &testAuth{}
 		auth.add(tokA, "grantA", "laptop")
 		mux := http.NewServeMux()
-		mux.Handle("POST "+RPCPath, auth.wrap(srv))
+		mux.Handle("POST "+agent.RPCPath, auth.wrap(srv))
 		hs := httptest.NewServer(mux)
 		defer hs.Close()
 		tr := &http.Transport{}
 		defer tr.CloseIdleConnections()
-		c, err := a2aclient.NewFromEndpoints(ctx, []a2a.AgentInterface{{URL: hs.URL + RPCPath, Transport: a2a.TransportProtocolJSONRPC}},
+		c, err := a2aclient.NewFromEndpoints(ctx, []a2a.AgentInterface{{URL: hs.URL + agent.RPCPath, Transport: a2a.TransportProtocolJSONRPC}},
 			a2aclient.WithJSONRPCTransport(&http.Client{Transport: tr}), a2aclient.WithInterceptors(bearer{token: tokA}))
 		if err != nil {
 			b.Fatal(err)
