@@ -1002,6 +1002,10 @@ func (a *Agents) refreshPeer(ctx context.Context, p PeerAgent) error {
 		return &AgentError{Agent: p.Name, Kind: ErrAgentUnknown, Detail: fmt.Sprintf("device %q: %v", p.Name, err), Err: err}
 	}
 	defer closeIdle(rt)
+	dev, err := pairing.ParseDeviceID(p.DeviceID)
+	if err != nil {
+		return &AgentError{Agent: p.Name, Kind: ErrAgentUnknown, Detail: fmt.Sprintf("device %q: %v", p.Name, err), Err: err}
+	}
 	hc := &http.Client{Transport: headerTimeout{rt: rt, d: HeaderTimeout}, CheckRedirect: noRedirects}
 	var card CardInfo
 	var base string
@@ -1014,7 +1018,7 @@ func (a *Agents) refreshPeer(ctx context.Context, p PeerAgent) error {
 		}
 		raw, ferr := fetchCard(ctx, hc, cardURL(u))
 		if ferr == nil {
-			card, ferr = VerifyCard(raw, u)
+			card, ferr = verifyCardOfPeer(raw, u, dev)
 		}
 		err = classify(p.Name, true, ferr)
 		if err == nil {

@@ -2,6 +2,7 @@ package delegate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -89,8 +90,8 @@ func TestVerifyCard(t *testing.T) {
 			c.URL = "https://agent.example.com:50051"
 			c.AdditionalInterfaces = []a2a.AgentInterface{{URL: "https://agent.example.com/rpc", Transport: a2a.TransportProtocolJSONRPC}}
 		}, ""},
-		{"no protocolVersion", func(c *a2a.AgentCard) { c.ProtocolVersion = "" }, "protocolVersion is missing"},
-		{"1.0", func(c *a2a.AgentCard) { c.ProtocolVersion = "1.0.0" }, "speaks A2A 0.3"},
+		{"no protocolVersion", func(c *a2a.AgentCard) { c.ProtocolVersion = "" }, ""},
+		{"1.0 without supportedInterfaces", func(c *a2a.AgentCard) { c.ProtocolVersion = "1.0.0" }, "no supportedInterfaces"},
 		{"no name", func(c *a2a.AgentCard) { c.Name = " " }, "name is empty"},
 		{"no url", func(c *a2a.AgentCard) { c.URL = "" }, "url is missing"},
 		{"grpc only", func(c *a2a.AgentCard) { c.PreferredTransport = a2a.TransportProtocolGRPC }, "no JSON-RPC interface"},
@@ -103,7 +104,11 @@ func TestVerifyCard(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good()
 			tc.mutate(c)
-			info, err := VerifyCard(c, base)
+			raw, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := VerifyCard(raw, base)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("VerifyCard: %v", err)

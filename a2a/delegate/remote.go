@@ -1,12 +1,14 @@
 package delegate
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -170,6 +172,7 @@ func (c *cancelOnClose) Close() error {
 type rpcTransport struct {
 	rt    http.RoundTripper
 	token string // "" for none
+	v1    bool   // the agent is called over A2A 1.0 (the decoding layer's shapes)
 }
 
 func (t rpcTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -190,9 +193,31 @@ func (t rpcTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, se
 	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = &limitedBody{ReadCloser: resp.Body, left: MaxResponseBytes}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = newSSENormalizer(resp.Body, t.v1)
+		return resp, nil
 	}
+	// One JSON document (whatever the Content-Type: a2a-go's own server
+	// says text/plain), through the tolerant decoding layer.
+	body, err := io.ReadAll(&limitedBody{ReadCloser: resp.Body, left: MaxResponseBytes})
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	doc, err := normalizeResponse(body, t.v1)
+	if err != nil {
+		return nil, err // an *RPCError, or a malformed answer
+	}
+	if strings.Contains(req.Header.Get("Accept"), "text/event-stream") {
+		// A streaming call answered with plain JSON: one event.
+		doc = sseEvent(doc)
+		resp.Header.Set("Content-Type", "text/event-stream")
+	} else {
+		resp.Header.Set("Content-Type", "application/json")
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(doc))
+	resp.ContentLength = int64(len(doc))
+	resp.Header.Del("Content-Length")
 	return resp, nil
 }
 
@@ -339,171 +364,6 @@ func origin(u *url.URL) string {
 	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port))
 }
 
-// CardInfo is what meshtray keeps of a verified Agent Card.
-type CardInfo struct {
-	Name            string      `json:"name"`
-	Description     string      `json:"description,omitempty"`
-	Version         string      `json:"version,omitempty"`
-	ProtocolVersion string      `json:"protocol_version"`
-	Endpoint        string      `json:"endpoint"` // the JSON-RPC URL calls go to
-	Streaming       bool        `json:"streaming"`
-	Skills          []SkillInfo `json:"skills"`
-}
-
-// SkillInfo is one skill of a card.
-type SkillInfo struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
-// Bounds on what is kept of a card.
-const (
-	maxCardSkills      = 64
-	maxCardTextLen     = 500
-	maxCardNameLen     = 100
-	maxSkillFieldLen   = 100
-	protocolMajorMinor = "0.3"
-)
-
-// VerifyCard checks an Agent Card fetched from base before meshtray uses
-// it (issue 4 §1), and returns what is kept of it:
-//
-//   - protocolVersion is 0.3.x (A2A 0.3.0 §5.5; 1.0 renamed the methods,
-//     research note a2a-0.3.md §8.1);
-//   - name is not empty;
-//   - a JSON-RPC interface: url with preferredTransport JSONRPC (or none,
-//     which defaults to JSONRPC), or an additionalInterfaces entry with
-//     transport JSONRPC; its URL is an http(s) URL (parseAgentURL) with
-//     the same origin (scheme, host, port) as base, so a card can never
-//     send our token to another host (base is an address the caller
-//     checked: CheckAgentURL, or a paired peer's);
-//   - at least one skill, each with an id and a name (skills is required,
-//     a2a.json AgentCard).
-//
-// Errors wrap ErrCardInvalid and say what is wrong.
-func VerifyCard(card *a2a.AgentCard, base *url.URL) (CardInfo, error) {
-	bad := func(format string, args ...any) (CardInfo, error) {
-		return CardInfo{}, fmt.Errorf("%w: %s", ErrCardInvalid, fmt.Sprintf(format, args...))
-	}
-	if card == nil {
-		return bad("no card")
-	}
-	pv := strings.TrimSpace(card.ProtocolVersion)
-	if pv == "" {
-		return bad("protocolVersion is missing")
-	}
-	if pv != protocolMajorMinor && !strings.HasPrefix(pv, protocolMajorMinor+".") {
-		return bad("protocolVersion %q: meshtray speaks A2A 0.3 (JSON-RPC method names changed in 1.0)", agent.Truncate(pv, 20))
-	}
-	name := strings.TrimSpace(card.Name)
-	if name == "" {
-		return bad("name is empty")
-	}
-	var endpoint string
-	switch card.PreferredTransport {
-	case "", a2a.TransportProtocolJSONRPC:
-		endpoint = card.URL
-	}
-	if endpoint == "" {
-		for _, in := range card.AdditionalInterfaces {
-			if in.Transport == a2a.TransportProtocolJSONRPC && in.URL != "" {
-				endpoint = in.URL
-				break
-			}
-		}
-	}
-	if endpoint == "" {
-		if card.URL == "" {
-			return bad("url is missing")
-		}
-		return bad("no JSON-RPC interface (preferredTransport %q, no JSONRPC entry in additionalInterfaces)", agent.Truncate(string(card.PreferredTransport), 20))
-	}
-	eu, err := parseAgentURL(endpoint)
-	if err != nil {
-		return bad("url %q: %v", agent.Truncate(endpoint, 100), err)
-	}
-	if origin(eu) != origin(base) {
-		return bad("url %s is on another origin than %s, where the card came from; meshtray sends a token only where it fetched the card",
-			agent.Truncate(endpoint, 100), origin(base))
-	}
-	if len(card.Skills) == 0 {
-		return bad("no skills: the card declares nothing the agent can do")
-	}
-	info := CardInfo{
-		Name:            agent.Truncate(oneLineText(name), maxCardNameLen),
-		Description:     agent.Truncate(oneLineText(card.Description), maxCardTextLen),
-		Version:         agent.Truncate(oneLineText(card.Version), 40),
-		ProtocolVersion: agent.Truncate(pv, 20),
-		Endpoint:        eu.String(),
-		Streaming:       card.Capabilities.Streaming,
-	}
-	for i, s := range card.Skills {
-		if strings.TrimSpace(s.ID) == "" || strings.TrimSpace(s.Name) == "" {
-			return bad("skill %d has no id or no name", i)
-		}
-		if len(info.Skills) < maxCardSkills {
-			info.Skills = append(info.Skills, SkillInfo{
-				ID:   agent.Truncate(oneLineText(s.ID), maxSkillFieldLen),
-				Name: agent.Truncate(oneLineText(s.Name), maxSkillFieldLen),
-			})
-		}
-	}
-	return info, nil
-}
-
-// oneLineText collapses whitespace (newlines included) to single spaces.
-func oneLineText(s string) string {
-	return strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
-}
-
-// cardURL is where the card of an agent added as raw lives: raw itself when
-// its path ends in ".json" (an explicit card URL), else raw's path +
-// agent.CardPath (A2A 0.3.0 §5.3, the well-known URI).
-func cardURL(u *url.URL) *url.URL {
-	c := *u
-	if strings.HasSuffix(strings.ToLower(c.Path), ".json") {
-		return &c
-	}
-	c.Path = strings.TrimSuffix(c.Path, "/") + agent.CardPath
-	c.RawPath = ""
-	return &c
-}
-
-// fetchCard GETs the card at cu with hc, bounded to MaxCardBytes. A 404 is
-// ErrCardUnpublished; anything unparsable is ErrCardInvalid; transport
-// failures are returned as they are (classify them).
-func fetchCard(ctx context.Context, hc *http.Client, cu *url.URL) (*a2a.AgentCard, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cu.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("%w: no agent card at %s (HTTP 404)", ErrCardUnpublished, cu.Redacted())
-	case resp.StatusCode != http.StatusOK:
-		snip, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		return nil, &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: redact(cleanSnippet(snip), "")}
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxCardBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(body) > MaxCardBytes {
-		return nil, fmt.Errorf("%w: the card at %s is over %d bytes", ErrCardInvalid, cu.Redacted(), MaxCardBytes)
-	}
-	var card a2a.AgentCard
-	if err := json.Unmarshal(body, &card); err != nil {
-		return nil, fmt.Errorf("%w: the card at %s does not parse: %v", ErrCardInvalid, cu.Redacted(), err)
-	}
-	return &card, nil
-}
-
 // remote is one agent endpoint ready to call: the verified card, an HTTP
 // client for it, and how to name it in errors.
 type remote struct {
@@ -512,25 +372,46 @@ type remote struct {
 	token  string // the bearer token sent ("" for a peer: its transport adds the grant); redacted from errors
 	card   CardInfo
 	hc     *http.Client
-	client *a2aclient.Client
+	client rpcClient
 	close  func() // releases idle connections of a per-call transport; may be nil
 }
 
-// newRemote builds the a2a-go client for card's JSON-RPC endpoint over rt
-// (which adds the token). Polling is on: message/send asks blocking:false
-// and the caller polls tasks/get.
+// rpcClient is the four calls meshtray makes of an agent, in a2a-go
+// v0.3.15's types whatever the version on the wire: a2a-go v0.3.15's
+// client for 0.3 agents, a2a-go v2.3.1's (client10) for 1.0 ones. Both
+// read answers through the tolerant decoding layer (rpcTransport).
+type rpcClient interface {
+	SendMessage(context.Context, *a2a.MessageSendParams) (a2a.SendMessageResult, error)
+	SendStreamingMessage(context.Context, *a2a.MessageSendParams) iter.Seq2[a2a.Event, error]
+	GetTask(context.Context, *a2a.TaskQueryParams) (*a2a.Task, error)
+	CancelTask(context.Context, *a2a.TaskIDParams) (*a2a.Task, error)
+	Destroy() error
+}
+
+var _ rpcClient = (*a2aclient.Client)(nil)
+
+// newRemote builds the client for card's JSON-RPC endpoint over rt (which
+// adds the token), in the version the card was matched to (CardInfo.V1).
+// Polling is on: message/send asks blocking:false (1.0:
+// returnImmediately) and the caller polls tasks/get.
 func newRemote(ctx context.Context, name string, peer bool, card CardInfo, rt http.RoundTripper, token string, release func()) (*remote, error) {
 	hc := &http.Client{
-		Transport:     rpcTransport{rt: rt, token: token},
+		Transport:     rpcTransport{rt: rt, token: token, v1: card.V1()},
 		CheckRedirect: noRedirects,
 	}
-	c, err := a2aclient.NewFromEndpoints(ctx,
-		[]a2a.AgentInterface{{URL: card.Endpoint, Transport: a2a.TransportProtocolJSONRPC}},
-		a2aclient.WithJSONRPCTransport(hc),
-		a2aclient.WithConfig(a2aclient.Config{
-			PreferredTransports: []a2a.TransportProtocol{a2a.TransportProtocolJSONRPC},
-			Polling:             true,
-		}))
+	var c rpcClient
+	var err error
+	if card.V1() {
+		c, err = newClient10(ctx, card, hc)
+	} else {
+		c, err = a2aclient.NewFromEndpoints(ctx,
+			[]a2a.AgentInterface{{URL: card.Endpoint, Transport: a2a.TransportProtocolJSONRPC}},
+			a2aclient.WithJSONRPCTransport(hc),
+			a2aclient.WithConfig(a2aclient.Config{
+				PreferredTransports: []a2a.TransportProtocol{a2a.TransportProtocolJSONRPC},
+				Polling:             true,
+			}))
+	}
 	if err != nil {
 		if release != nil {
 			release()
@@ -621,12 +502,16 @@ func classifyToken(name string, peer bool, token string, err error) error {
 	}
 	var se *statusError
 	var a2aErr *a2a.Error
+	var rpcErr *RPCError
 	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.Is(err, pairing.ErrPinMismatch):
 		var pe *pairing.PinError
 		if errors.As(err, &pe) {
 			return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired: %s", what, cause(pe))
+		}
+		if errors.Is(err, errPeerSignature) {
+			return mk(pairing.ErrPinMismatch, "%s sent a card not signed by the certificate it paired with: %s", what, cause(err))
 		}
 		return mk(pairing.ErrPinMismatch, "%s presented another certificate than the one paired", what)
 	case errors.As(err, &se) && se.Code == http.StatusUnauthorized:
@@ -650,6 +535,10 @@ func classifyToken(name string, peer bool, token string, err error) error {
 		return mk(ErrCardUnpublished, "%s: %s", what, cause(err))
 	case errors.Is(err, ErrCardInvalid):
 		return mk(ErrCardInvalid, "%s: %s", what, cause(err))
+	case errors.As(err, &rpcErr) && rpcErr.Code == -32601:
+		return mk(ErrAgentRefused, "%s answered: %s; it does not know the A2A method meshtray called (an agent from before A2A 0.2 knows only tasks/send; meshtray speaks 0.3 and 1.0)", what, cause(rpcErr))
+	case errors.As(err, &rpcErr):
+		return mk(ErrAgentRefused, "%s answered: %s", what, cause(rpcErr))
 	case errors.As(err, &a2aErr):
 		return mk(ErrAgentRefused, "%s answered: %s", what, cause(a2aErr))
 	case errors.Is(err, errTooLarge):
