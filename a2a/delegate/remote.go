@@ -671,6 +671,7 @@ func (r *remote) stillAsking(ctx context.Context, id a2a.TaskID) bool {
 // exchangeOnce is one send of params and the following of its task.
 func (r *remote) exchangeOnce(ctx context.Context, params *a2a.MessageSendParams, stream bool, log *slog.Logger, on func(a2a.Event)) error {
 	var taskID a2a.TaskID
+	var stale *a2a.TaskStatus
 	if stream {
 		var streamErr error
 		got := false
@@ -724,18 +725,31 @@ func (r *remote) exchangeOnce(ctx context.Context, params *a2a.MessageSendParams
 			}
 			on(v)
 			if settled(v.Status.State) {
-				return nil
+				if params.Message.TaskID == "" || !agent.Interrupted(v.Status.State) {
+					return nil
+				}
+				// An answer's immediate snapshot (blocking false, 1.0
+				// returnImmediately) may still show the question it
+				// answers: poll until the status moves.
+				stale = &v.Status
 			}
 			taskID = v.ID
 		default:
 			return r.classify(fmt.Errorf("unexpected answer %T", res))
 		}
 	}
-	return r.poll(ctx, taskID, on)
+	return r.poll(ctx, taskID, stale, on)
 }
 
-// poll reads the task with tasks/get until it settles.
-func (r *remote) poll(ctx context.Context, id a2a.TaskID, on func(a2a.Event)) error {
+// maxStale bounds how long poll waits for a task to leave a stale
+// interrupted status.
+const maxStale = 30 * time.Second
+
+// poll reads the task with tasks/get until it settles. A status equal to
+// stale (the snapshot an answer was sent against) does not count as
+// settled for up to maxStale.
+func (r *remote) poll(ctx context.Context, id a2a.TaskID, stale *a2a.TaskStatus, on func(a2a.Event)) error {
+	staleUntil := time.Now().Add(maxStale)
 	delay := pollFirst
 	fails := 0
 	var last a2a.TaskStatus
@@ -762,7 +776,7 @@ func (r *remote) poll(ctx context.Context, id a2a.TaskID, on func(a2a.Event)) er
 				t.ID = id
 			}
 			on(t)
-			if settled(t.Status.State) {
+			if settled(t.Status.State) && (stale == nil || !sameStatus(t.Status, *stale) || time.Now().After(staleUntil)) {
 				return nil
 			}
 			if t.Status.State != last.State || !sameMessage(t.Status.Message, last.Message) {
@@ -777,6 +791,11 @@ func (r *remote) poll(ctx context.Context, id a2a.TaskID, on func(a2a.Event)) er
 
 func jitter(d time.Duration) time.Duration {
 	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}
+
+func sameStatus(a, b a2a.TaskStatus) bool {
+	return a.State == b.State && sameMessage(a.Message, b.Message) &&
+		(a.Timestamp == nil) == (b.Timestamp == nil) && (a.Timestamp == nil || a.Timestamp.Equal(*b.Timestamp))
 }
 
 func sameMessage(a, b *a2a.Message) bool {

@@ -268,8 +268,15 @@ func normalizeTime(v any) (string, bool) {
 	default:
 		return "", false
 	}
-	if epoch <= 0 || math.IsInf(epoch, 0) || math.IsNaN(epoch) {
+	if epoch <= 0 || math.IsInf(epoch, 0) || math.IsNaN(epoch) || epoch > 1e15 {
 		return "", false
+	}
+	if epoch == math.Trunc(epoch) { // whole seconds or milliseconds, exactly
+		n := int64(epoch)
+		if n >= 1e11 {
+			return time.UnixMilli(n).UTC().Format(time.RFC3339Nano), true
+		}
+		return time.Unix(n, 0).UTC().Format(time.RFC3339Nano), true
 	}
 	// Epoch seconds reach 1e11 in the year 5138; milliseconds passed it
 	// in 1973.
