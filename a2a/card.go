@@ -121,6 +121,7 @@ func (s *Server) CardHandler() http.Handler {
 			http.Error(w, "internal error", http.StatusInternalServerError)
 			return
 		}
+		data = s.signCard(data)
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-store") // publishing can be switched off at any time
@@ -129,6 +130,20 @@ func (s *Server) CardHandler() http.Handler {
 			_, _ = w.Write(data)
 		}
 	})
+}
+
+// signCard is data signed with Options.SignCard, or data as it is when
+// there is no signer or it fails.
+func (s *Server) signCard(data []byte) []byte {
+	if s.opts.SignCard == nil {
+		return data
+	}
+	signed, err := s.opts.SignCard(data)
+	if err != nil {
+		s.log.Error("sign agent card", "err", err)
+		return data
+	}
+	return signed
 }
 
 // validHost accepts a Host header of the forms name, name:port, v4:port,

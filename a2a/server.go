@@ -62,6 +62,10 @@ type Options struct {
 	Approver Approver
 	// Manifest feeds the card's skills; nil means no skills.
 	Manifest ManifestSource
+	// SignCard, when set, signs the card JSON before it is served (A2A
+	// 1.0 §8.4; app passes cardsig.SignAs with the device identity). An
+	// error is logged and the card served unsigned.
+	SignCard func(card []byte) ([]byte, error)
 
 	// MaxTasks bounds the store (default 512): a new task evicts the oldest
 	// terminal task; when every stored task is live it is refused with

@@ -206,6 +206,18 @@ name = "sleep"
 		t.Fatalf("delegate to unpublished B: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	mustCLI(t, b, "a2a", "on")
+	// B's card is signed with its identity; A checks it against the
+	// certificate it pinned, and speaks 0.3 with it.
+	var bee delegate.Agent
+	if err := json.Unmarshal([]byte(mustCLI(t, a, "agents", "refresh", "bee", "--json").Stdout), &bee); err != nil {
+		t.Fatal(err)
+	}
+	if bee.Card == nil || bee.Card.Signature != "signed" || bee.Card.SignedBy != bee.DeviceID || bee.Card.ProtocolVersion == "" {
+		t.Fatalf("B's card as A sees it: %+v", bee)
+	}
+	if r := mustCLI(t, a, "agents"); !strings.Contains(r.Stdout, "A2A") || !strings.Contains(r.Stdout, bee.Card.ProtocolVersion) {
+		t.Fatalf("agents list: %s", r.Stdout)
+	}
 
 	t.Run("device.info, approved on B", func(t *testing.T) {
 		run := startCLI(t, a, "delegate", "bee", "device.info")

@@ -21,6 +21,7 @@ import (
 	"github.com/shirou/gopsutil/v3/host"
 
 	agent "meshtray/a2a"
+	"meshtray/a2a/cardsig"
 	"meshtray/assets"
 	"meshtray/keychain"
 	"meshtray/mesh"
@@ -224,6 +225,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Executor:             exec,
 		Approver:             taskApprover{n},
 		Manifest:             n.registry,
+		SignCard:             func(card []byte) ([]byte, error) { return cardsig.SignAs(card, n.identity) },
 		MaxTasks:             cfg.A2A.MaxTasks,
 		MaxLiveTasksPerOwner: cfg.A2A.MaxLivePerGrant,
 		// A2A off means off: the JSON-RPC endpoint is absent (404) like the

@@ -20,6 +20,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	agent "meshtray/a2a"
+	"meshtray/a2a/cardsig"
 	"meshtray/keychain"
 	"meshtray/pairing"
 )
@@ -635,6 +636,13 @@ type peerB struct {
 
 func newPeerB(t *testing.T, serveAs *pairing.Identity) *peerB {
 	t.Helper()
+	return newPeerBSigned(t, serveAs, nil)
+}
+
+// newPeerBSigned is newPeerB whose card is signed by signAs (nil: by B,
+// as app signs it).
+func newPeerBSigned(t *testing.T, serveAs, signAs *pairing.Identity) *peerB {
+	t.Helper()
 	ks := keychain.NewMemory()
 	id, err := pairing.LoadOrCreateIdentity(ks, "bee")
 	if err != nil {
@@ -649,7 +657,11 @@ func newPeerB(t *testing.T, serveAs *pairing.Identity) *peerB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := agent.NewServer(agent.Options{DeviceName: "bee", Executor: &scriptExecutor{}, Approver: approveAll{}, Manifest: testManifest})
+	if signAs == nil {
+		signAs = id
+	}
+	srv := agent.NewServer(agent.Options{DeviceName: "bee", Executor: &scriptExecutor{}, Approver: approveAll{}, Manifest: testManifest,
+		SignCard: func(card []byte) ([]byte, error) { return cardsig.SignAs(card, signAs) }})
 	srv.SetPublished(true)
 	auth := &pairing.Auth{Grants: g}
 	mux := http.NewServeMux()
@@ -698,6 +710,9 @@ func TestPeerAgentOverPinnedTLS(t *testing.T) {
 	list := a.List(ctx)
 	if len(list) != 1 || list[0].Kind != AgentPeer || list[0].Status != AgentReady || list[0].Name != "bee" || list[0].Card == nil {
 		t.Fatalf("peers %+v", list)
+	}
+	if c := list[0].Card; c.Signature != "signed" || c.SignedBy != b.id.ID.String() {
+		t.Fatalf("the peer's card is %q by %q, want signed by %s", c.Signature, c.SignedBy, b.id.ID)
 	}
 	if !strings.HasPrefix(list[0].Card.Endpoint, b.hs.URL) {
 		t.Fatalf("peer endpoint %s, want on %s", list[0].Card.Endpoint, b.hs.URL)
@@ -772,6 +787,28 @@ func TestPeerAgentPinMismatch(t *testing.T) {
 	ob := newOutbound(t, a, OutboundOptions{})
 	_, err = ob.Delegate(context.Background(), DelegateRequest{Agent: "bee", MessageInput: MessageInput{Text: "echo x"}})
 	if !errors.Is(err, pairing.ErrPinMismatch) || !strings.Contains(err.Error(), "another certificate") {
+		t.Fatalf("Delegate = %v", err)
+	}
+	if got, _ := a.Get("bee"); got.Status != AgentInvalid {
+		t.Fatalf("agent %+v", got)
+	}
+}
+
+// TestPeerCardSignedByAnotherDevice: the paired certificate answers,
+// but the card's signature is another device's: refused like a pin
+// mismatch.
+func TestPeerCardSignedByAnotherDevice(t *testing.T) {
+	t.Parallel()
+	other, err := pairing.LoadOrCreateIdentity(keychain.NewMemory(), "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newPeerBSigned(t, nil, other)
+	held := holdFrom(t, b)
+	a, _ := newAgents(t, AgentsOptions{Peers: peerSource{held}})
+	ob := newOutbound(t, a, OutboundOptions{})
+	_, err = ob.Delegate(context.Background(), DelegateRequest{Agent: "bee", MessageInput: MessageInput{Text: "echo x"}})
+	if !errors.Is(err, pairing.ErrPinMismatch) || !strings.Contains(err.Error(), "not signed by the certificate it paired with") {
 		t.Fatalf("Delegate = %v", err)
 	}
 	if got, _ := a.Get("bee"); got.Status != AgentInvalid {

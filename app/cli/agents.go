@@ -171,19 +171,25 @@ func (c *cli) printAgents(as []delegate.Agent) {
 		return
 	}
 	w := c.table()
-	fmt.Fprintln(w, "ID\tKIND\tNAME\tSTATUS\tSTREAMING\tSKILLS\tURL")
+	fmt.Fprintln(w, "ID\tKIND\tNAME\tSTATUS\tA2A\tCARD\tSTREAMING\tSKILLS\tURL")
 	for _, a := range as {
 		id := a.ID
 		if a.Kind == delegate.AgentPeer {
 			id = shortID(a.ID)
 		}
-		streaming, skills := "-", "-"
+		version, signature, streaming, skills := "-", "-", "-", "-"
+		var notes []string
 		if a.Card != nil {
+			version, signature = a.Card.ProtocolVersion, a.Card.Signature
 			streaming, skills = yesNo(a.Card.Streaming), fmt.Sprint(len(a.Card.Skills))
+			notes = a.Card.Notes
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.Kind, oneLine(a.Name, 64), a.Status, streaming, skills, oneLine(a.URL, 80))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.Kind, oneLine(a.Name, 64), a.Status, oneLine(version, 8), oneLine(signature, 10), streaming, skills, oneLine(a.URL, 80))
+		for _, n := range notes {
+			fmt.Fprintf(w, "\t\t\t\t\t\t\t\t↳ %s\n", oneLine(n, 120))
+		}
 		if a.Problem != "" {
-			fmt.Fprintf(w, "\t\t\t\t\t\t↳ %s\n", oneLine(a.Problem, 120))
+			fmt.Fprintf(w, "\t\t\t\t\t\t\t\t↳ %s\n", oneLine(a.Problem, 120))
 		}
 	}
 	w.Flush()
