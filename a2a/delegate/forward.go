@@ -73,8 +73,10 @@ type ForwardOptions struct {
 // ForwardStatus is the forward executor as the owner sees it.
 type ForwardStatus struct {
 	URL      string    `json:"url"`
-	Agent    string    `json:"agent,omitempty"` // the upstream card's name
-	Ready    bool      `json:"ready"`           // the last check verified the card
+	Agent    string    `json:"agent,omitempty"`     // the upstream card's name
+	Version  string    `json:"version,omitempty"`   // the A2A version calls use (CardInfo.ProtocolVersion)
+	Signed   string    `json:"signature,omitempty"` // the card's signature: signed or unsigned
+	Ready    bool      `json:"ready"`               // the last check verified the card
 	Problem  string    `json:"problem,omitempty"`
 	Checked  time.Time `json:"checked,omitzero"`
 	Parked   int       `json:"parked"`   // upstream tasks waiting for their callers
@@ -300,7 +302,7 @@ func (f *ForwardExecutor) Status() ForwardStatus {
 	defer f.mu.Unlock()
 	st := ForwardStatus{URL: f.u.String(), Checked: f.checked, Problem: f.problem, Parked: len(f.parked), Contexts: len(f.contexts)}
 	if f.card != nil {
-		st.Agent = f.card.Name
+		st.Agent, st.Version, st.Signed = f.card.Name, f.card.ProtocolVersion, f.card.Signature
 		st.Ready = f.problem == ""
 	}
 	return st

@@ -253,3 +253,45 @@ func TestMeshtrayErrorsReachTheCaller(t *testing.T) {
 		}
 	})
 }
+
+// TestForwardToA1_0Agent: the forward executor relays a caller's task to
+// an A2A 1.0 agent (a2a-go v2's a2asrv), including the input-required
+// round trip, while the caller speaks 0.3 to meshtray.
+func TestForwardToA1_0Agent(t *testing.T) {
+	t.Parallel()
+	for _, streaming := range []bool{true, false} {
+		t.Run(map[bool]string{true: "stream", false: "poll"}[streaming], func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream10(t, streaming)
+			t.Cleanup(func() { close(up.started) })
+			fw, err := NewForwardExecutor(ForwardOptions{URL: up.hs.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(fw.Close)
+			env := newEnv(t, agent.Options{Executor: fw})
+			fw.Attach(env.srv)
+			ctx := context.Background()
+			st, err := fw.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.Ready || st.Version != Version10 || st.Signed != "unsigned" {
+				t.Fatalf("forward status %+v", st)
+			}
+			c := env.client(t, tokA)
+			task := sendTask(t, ctx, c, userMsg("echo relayed"))
+			if task.Status.State != a2a.TaskStateCompleted || len(task.Artifacts) != 1 || partsText(task.Artifacts[0].Parts) != "relayed" {
+				t.Fatalf("echo through the forward: %+v", task)
+			}
+			asked := sendTask(t, ctx, c, userMsg("ask"))
+			if asked.Status.State != a2a.TaskStateInputRequired {
+				t.Fatalf("ask through the forward: %+v", asked.Status)
+			}
+			done := sendTask(t, ctx, c, answerTo(asked, a2a.TextPart{Text: "Ada"}))
+			if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) == 0 || partsText(done.Artifacts[len(done.Artifacts)-1].Parts) != "hello Ada" {
+				t.Fatalf("answer through the forward: %+v", done)
+			}
+		})
+	}
+}
