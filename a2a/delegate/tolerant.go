@@ -110,15 +110,25 @@ func normalizeResponse(doc []byte, v1 bool) ([]byte, error) {
 	if _, ok := m["result"]; !ok {
 		return nil, fmt.Errorf("%w: neither result nor error", errNotRPC)
 	}
+	n := &normalizer{v1: v1}
 	switch id := m["id"].(type) {
 	case json.Number:
-		m["id"] = id.String()
+		m["id"], n.changed = id.String(), true
 	case string:
 	default:
-		m["id"] = ""
+		m["id"], n.changed = "", true
 	}
-	m["result"] = normalizeValue(m["result"], "", v1)
+	m["result"] = n.value(m["result"], "")
+	if !n.changed {
+		return doc, nil // already in the SDK's shape: no re-encoding
+	}
 	return json.Marshal(m)
+}
+
+// normalizer fixes decoded values, noting whether it changed any.
+type normalizer struct {
+	v1      bool
+	changed bool
 }
 
 // rpcError reads an error member of any shape.
@@ -161,11 +171,11 @@ func rpcError(v any) *RPCError {
 	return e
 }
 
-// normalizeValue fixes one decoded JSON value; key is the member name it
-// was found under ("" at the top of result, "[]parts" for a part). A
+// value fixes one decoded JSON value; key is the member name it was
+// found under ("" at the top of result, "[]parts" for a part). A
 // timestamp is read in a status only; metadata and a data part's data are
 // the sender's own JSON and left alone.
-func normalizeValue(v any, key string, v1 bool) any {
+func (n *normalizer) value(v any, key string) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, child := range x {
@@ -173,32 +183,35 @@ func normalizeValue(v any, key string, v1 bool) any {
 			case k == "metadata" || k == "data" && key == "[]parts":
 				// the sender's own JSON: left as it is
 			case k == "timestamp" && key == "status":
-				if t, ok := normalizeTime(child); ok {
-					x[k] = t
-				} else {
+				t, ok := normalizeTime(child)
+				switch {
+				case !ok:
 					delete(x, k)
+					n.changed = true
+				case t != child:
+					x[k], n.changed = t, true
 				}
 			case k == "parts":
 				if parts, ok := child.([]any); ok {
 					for i, p := range parts {
-						parts[i] = normalizeValue(p, "[]parts", v1)
+						parts[i] = n.value(p, "[]parts")
 					}
 				}
 			default:
-				x[k] = normalizeValue(child, k, v1)
+				x[k] = n.value(child, k)
 			}
 		}
-		if !v1 {
+		if !n.v1 {
 			if _, has := x["kind"]; !has {
 				if k := inferKind(x, key == "[]parts"); k != "" {
-					x["kind"] = k
+					x["kind"], n.changed = k, true
 				}
 			}
 		}
 		return x
 	case []any:
 		for i := range x {
-			x[i] = normalizeValue(x[i], key, v1)
+			x[i] = n.value(x[i], key)
 		}
 		return x
 	}
@@ -287,8 +300,15 @@ func normalizeTime(v any) (string, bool) {
 	return time.Unix(int64(sec), int64(frac*1e9)).UTC().Format(time.RFC3339Nano), true
 }
 
-// sseEvent frames one normalized response as the SSE event a2a-go reads.
+// sseEvent frames one normalized response as the SSE event a2a-go reads
+// (one data line: a document written over several lines is compacted).
 func sseEvent(doc []byte) []byte {
+	if bytes.ContainsAny(doc, "\r\n") {
+		var c bytes.Buffer
+		if json.Compact(&c, doc) == nil {
+			doc = c.Bytes()
+		}
+	}
 	out := make([]byte, 0, len(doc)+8)
 	out = append(out, "data: "...)
 	out = append(out, doc...)
