@@ -1,10 +1,16 @@
 package delegate
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -22,19 +28,19 @@ import (
 // that is canceled while it runs, streamed and polled.
 
 type realServer struct {
-	name    string
-	version string // the version the card must be matched to
-	// start returns the base URL and token, and a channel that reports a
-	// sleeping task's start (nil: poll the view for working).
-	start func(t *testing.T, streaming bool) (base, token string, started <-chan struct{})
+	name string
+	// start returns the base URL, the token, the version the card must be
+	// matched to, and a channel that reports a sleeping task's start (nil:
+	// poll the view for working).
+	start func(t *testing.T, streaming bool) (base, token, version string, started <-chan struct{})
 	// answered is the artifact text an answer "Ada" completes with.
 	answered string
 }
 
 func realServers() []realServer {
 	return []realServer{
-		{name: "a2a-go v2 a2asrv", version: Version10, answered: "hello Ada",
-			start: func(t *testing.T, streaming bool) (string, string, <-chan struct{}) {
+		{name: "a2a-go v2 a2asrv", answered: "hello Ada",
+			start: func(t *testing.T, streaming bool) (string, string, string, <-chan struct{}) {
 				u := newUpstream10(t, streaming)
 				t.Cleanup(func() {
 					for _, v := range u.seenVersions() {
@@ -50,10 +56,10 @@ func realServers() []realServer {
 					}
 				}()
 				t.Cleanup(func() { close(u.started) })
-				return u.hs.URL, "", ch
+				return u.hs.URL, "", Version10, ch
 			}},
-		{name: "a2a-go v0.3 a2asrv", version: Version03, answered: "hello Ada",
-			start: func(t *testing.T, streaming bool) (string, string, <-chan struct{}) {
+		{name: "a2a-go v0.3 a2asrv", answered: "hello Ada",
+			start: func(t *testing.T, streaming bool) (string, string, string, <-chan struct{}) {
 				u := newUpstream(t, upstreamOpts{streaming: streaming})
 				ch := make(chan struct{}, 8)
 				go func() {
@@ -62,14 +68,91 @@ func realServers() []realServer {
 					}
 				}()
 				t.Cleanup(func() { close(u.started) })
-				return u.hs.URL, "", ch
+				return u.hs.URL, "", Version03, ch
 			}},
-		{name: "meshtray 0.3", version: Version03, answered: "Ada",
-			start: func(t *testing.T, streaming bool) (string, string, <-chan struct{}) {
+		// meshtray as its card offers it: 1.0 when the card lists a 1.0
+		// JSON-RPC interface (the union card), else 0.3.
+		{name: "meshtray", answered: "Ada",
+			start: func(t *testing.T, streaming bool) (string, string, string, <-chan struct{}) {
 				env := newEnv(t, agent.Options{Manifest: testManifest})
-				return env.hs.URL, tokA, nil
+				return cardProxy(t, env.hs.URL, false, streaming), tokA, offeredVersion(t, env.hs.URL), nil
+			}},
+		// meshtray seen through a card that keeps only its 0.3 interface:
+		// the 0.3 binding of a server that also speaks 1.0.
+		{name: "meshtray over 0.3", answered: "Ada",
+			start: func(t *testing.T, streaming bool) (string, string, string, <-chan struct{}) {
+				env := newEnv(t, agent.Options{Manifest: testManifest})
+				return cardProxy(t, env.hs.URL, true, streaming), tokA, Version03, nil
 			}},
 	}
+}
+
+// offeredVersion is the version meshtray's client picks for the card at
+// base (1.0 when supportedInterfaces offers JSONRPC 1.0).
+func offeredVersion(t *testing.T, base string) string {
+	t.Helper()
+	var card struct {
+		SupportedInterfaces []struct{ ProtocolBinding, ProtocolVersion string }
+	}
+	resp, err := http.Get(base + agent.CardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&card); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range card.SupportedInterfaces {
+		if in.ProtocolBinding == "JSONRPC" && strings.HasPrefix(in.ProtocolVersion, "1.") {
+			return Version10
+		}
+	}
+	return Version03
+}
+
+// cardProxy is a proxy in front of the meshtray at base whose card says
+// streaming as given and, with only03, lists no 1.0 interface (the Host
+// header passes through, so the card names the proxy).
+func cardProxy(t *testing.T, base string, only03, streaming bool) string {
+	t.Helper()
+	target, _ := url.Parse(base)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.URL.Path != agent.CardPath || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		var card map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&card); err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if caps, ok := card["capabilities"].(map[string]any); ok {
+			caps["streaming"] = streaming
+		}
+		if ifaces, ok := card["supportedInterfaces"].([]any); ok && only03 {
+			var keep []any
+			for _, in := range ifaces {
+				if m, ok := in.(map[string]any); ok && !strings.HasPrefix(fmt.Sprint(m["protocolVersion"]), "1.") {
+					keep = append(keep, in)
+				}
+			}
+			card["supportedInterfaces"] = keep
+			if len(keep) == 0 {
+				delete(card, "supportedInterfaces")
+			}
+		}
+		b, err := json.Marshal(card)
+		if err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", fmt.Sprint(len(b)))
+		return nil
+	}
+	hs := httptest.NewServer(rp)
+	t.Cleanup(hs.Close)
+	return hs.URL
 }
 
 func TestDelegateToRealServers(t *testing.T) {
@@ -78,7 +161,7 @@ func TestDelegateToRealServers(t *testing.T) {
 		for _, streaming := range []bool{true, false} {
 			t.Run(srv.name+map[bool]string{true: "/stream", false: "/poll"}[streaming], func(t *testing.T) {
 				t.Parallel()
-				base, token, started := srv.start(t, streaming)
+				base, token, version, started := srv.start(t, streaming)
 				a, _ := newAgents(t, AgentsOptions{})
 				ob := newOutbound(t, a, OutboundOptions{})
 				ctx := context.Background()
@@ -86,10 +169,11 @@ func TestDelegateToRealServers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ag.Card == nil || ag.Card.ProtocolVersion != srv.version {
-					t.Fatalf("card %+v: want version %s", ag.Card, srv.version)
+				if ag.Card == nil || ag.Card.ProtocolVersion != version {
+					t.Fatalf("card %+v: want version %s", ag.Card, version)
 				}
-				if list := a.List(ctx); len(list) != 1 || list[0].Card.ProtocolVersion != srv.version {
+				t.Logf("%s: A2A %s", srv.name, version)
+				if list := a.List(ctx); len(list) != 1 || list[0].Card.ProtocolVersion != version {
 					t.Fatalf("list %+v", list)
 				}
 
