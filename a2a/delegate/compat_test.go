@@ -143,6 +143,9 @@ func replay(t *testing.T, file string) string {
 		} else {
 			w.Header().Set("Content-Type", "application/json")
 		}
+		if strings.HasPrefix(file, "http400-") { // a2a-js: parse errors with HTTP 400
+			w.WriteHeader(http.StatusBadRequest)
+		}
 		w.Write(body)
 	}))
 	t.Cleanup(srv.Close)
@@ -170,6 +173,8 @@ func TestRecordedReplies(t *testing.T) {
 		{file: "error-data-array.json", code: -32602, is: a2a.ErrInvalidParams, message: "Invalid parameters (JSON-RPC -32602)"},
 		{file: "error-data-string.json", code: -32001, is: a2a.ErrTaskNotFound, message: "Task not found (JSON-RPC -32001)"},
 		{file: "error-errorinfo.json", code: -32001, is: a2a.ErrTaskNotFound, message: "Task not found: t9 (JSON-RPC -32001, TASK_NOT_FOUND)"},
+		{file: "http400-jsonrpc-error.json", code: -32700, is: a2a.ErrParseError, message: "Parse error: Unexpected token } in JSON at position 12 (JSON-RPC -32700)"},
+		{file: "http400-jsonrpc-error.json", stream: true, code: -32700, is: a2a.ErrParseError, message: "(JSON-RPC -32700)"},
 		{file: "stream-plain-json-error.json", stream: true, code: -32010, message: "too many live tasks for this grant (16); wait for one to finish or cancel one (JSON-RPC -32010)"},
 		{file: "stream-data-no-space.sse", stream: true, at: ms},
 		{file: "stream-multiline-crlf-no-kind.sse", stream: true},

@@ -185,8 +185,18 @@ func (t rpcTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		snip, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			// A JSON-RPC error sent with an HTTP error status (a2a-js
+			// answers 400 and 500 that way): the agent's own code and
+			// message say more than the status.
+			var re *RPCError
+			if _, err := normalizeResponse(body, t.v1); errors.As(err, &re) {
+				return nil, re
+			}
+		}
+		snip := body[:min(len(body), 300)]
 		se := &statusError{Code: resp.StatusCode, Status: resp.Status, Snippet: redact(cleanSnippet(snip), t.token)}
 		if resp.StatusCode == http.StatusUnauthorized {
 			se.Paused = strings.Contains(resp.Header.Get("WWW-Authenticate"), `error_description="grant paused"`)
@@ -226,6 +236,9 @@ func (t rpcTransport) CloseIdleConnections() {
 		c.CloseIdleConnections()
 	}
 }
+
+// maxErrorBody bounds what is read of an HTTP error answer.
+const maxErrorBody = 64 << 10
 
 // errTooLarge is the read error of a body over its bound.
 var errTooLarge = errors.New("response too large")
