@@ -31,7 +31,9 @@ import (
 
 // The outbound client: how meshtray calls other A2A agents (external agents,
 // paired meshtray peers, the forward executor's upstream). It uses the
-// official a2a-go v0.3.15 client over an http.Client without a client-wide
+// official clients — a2a-go v0.3.15's for A2A 0.3 agents, a2a-go v2.3.1's
+// for 1.0 ones (client10.go), answers read through the tolerant decoding
+// layer (tolerant.go) — over an http.Client without a client-wide
 // Timeout (a2a-go's default 3-minute one cuts long streams; research note
 // a2a-0.3.md §8.10): only connecting, the TLS handshake and the wait for
 // response headers are bounded.
@@ -70,11 +72,12 @@ var (
 	// we hold for it was revoked or is wrong.
 	ErrAgentUnauthorized = errors.New("a2a: agent refused our token")
 	// ErrAgentRefused: the agent answered with an HTTP error other than 401
-	// or 5xx, or a JSON-RPC error (the a2a-go sentinel, e.g.
-	// a2a.ErrTaskNotFound, is wrapped too).
+	// or 5xx, or a JSON-RPC error (an *RPCError with its code and message;
+	// the a2a-go sentinel, e.g. a2a.ErrTaskNotFound, is wrapped too).
 	ErrAgentRefused = errors.New("a2a: agent refused the request")
-	// ErrAgentMalformed: the agent's answer is not a valid A2A 0.3.0
-	// JSON-RPC response (bad JSON, unknown kinds, oversize).
+	// ErrAgentMalformed: the agent's answer is not a valid A2A JSON-RPC
+	// response of its version, even read tolerantly (bad JSON, unknown
+	// kinds, oversize).
 	ErrAgentMalformed = errors.New("a2a: malformed response from agent")
 	// ErrCardInvalid: the Agent Card does not verify (see VerifyCard).
 	ErrCardInvalid = errors.New("a2a: agent card does not verify")
