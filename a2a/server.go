@@ -63,7 +63,7 @@ type Options struct {
 	// Manifest feeds the card's skills; nil means no skills.
 	Manifest ManifestSource
 	// SignCard, when set, signs the card JSON before it is served (A2A
-	// 1.0 §8.4; app passes cardsig.SignAs with the device identity). An
+	// 1.0 §8.4; app passes cardsig.Signer with the device identity). An
 	// error is logged and the card served unsigned.
 	SignCard func(card []byte) ([]byte, error)
 

@@ -225,7 +225,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Executor:             exec,
 		Approver:             taskApprover{n},
 		Manifest:             n.registry,
-		SignCard:             func(card []byte) ([]byte, error) { return cardsig.SignAs(card, n.identity) },
+		SignCard:             cardsig.Signer(n.identity),
 		MaxTasks:             cfg.A2A.MaxTasks,
 		MaxLiveTasksPerOwner: cfg.A2A.MaxLivePerGrant,
 		// A2A off means off: the JSON-RPC endpoint is absent (404) like the

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/gowebpki/jcs"
@@ -271,3 +272,25 @@ func SignAs(card []byte, id *pairing.Identity) ([]byte, error) {
 // PinDevice is the Pin of a paired device: its certificate's SHA-256 is
 // its device ID.
 func PinDevice(id pairing.DeviceID) Pin { return PinSHA256([32]byte(id)) }
+
+// Signer is SignAs for a card served again and again: the last card and
+// its signed form are kept, so the same card is signed once (a served card
+// is public; nobody makes the device sign in a loop) and served byte for
+// byte the same. Safe for concurrent use.
+func Signer(id *pairing.Identity) func(card []byte) ([]byte, error) {
+	var mu sync.Mutex
+	var lastIn, lastOut []byte
+	return func(card []byte) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lastOut != nil && bytes.Equal(card, lastIn) {
+			return lastOut, nil
+		}
+		out, err := SignAs(card, id)
+		if err != nil {
+			return nil, err
+		}
+		lastIn, lastOut = append([]byte(nil), card...), out
+		return out, nil
+	}
+}

@@ -187,3 +187,22 @@ func signWith(t *testing.T, key *ecdsa.PrivateKey, header map[string]any) []byte
 	}
 	return out
 }
+
+func TestSignerSignsEachCardOnce(t *testing.T) {
+	t.Parallel()
+	id := identity(t, "laptop")
+	sign := Signer(id)
+	a, err := sign([]byte(card))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sign([]byte(card))
+	if err != nil || !bytes.Equal(a, b) {
+		t.Fatalf("the same card signed twice differs: %v", err)
+	}
+	other := []byte(strings.Replace(card, "laptop", "desktop", 1))
+	c, err := sign(other)
+	if err != nil || bytes.Equal(a, c) || Verify(c, PinDevice(id.ID)).Status != Signed {
+		t.Fatalf("a changed card: %s, %v", c, err)
+	}
+}
