@@ -211,6 +211,11 @@ func verifyCard(raw []byte, base *url.URL, dev *pairing.DeviceID) (CardInfo, err
 			}
 		}
 		if endpoint == "" {
+			for _, in := range card.SupportedInterfaces {
+				if in.ProtocolBinding == "JSONRPC" {
+					return bad("supportedInterfaces offers JSONRPC with protocolVersion %q; meshtray speaks A2A 0.3 and 1.0", agent.Truncate(in.ProtocolVersion, 20))
+				}
+			}
 			if card.URL == "" && len(card.SupportedInterfaces) == 0 && len(card.AdditionalInterfaces) == 0 {
 				return bad("url is missing")
 			}

@@ -44,6 +44,7 @@ func TestCardsOfEveryVersion(t *testing.T) {
 		{file: "v0.1.0.json", refusal: "protocolVersion 0.1.0 predates A2A 0.2 (tasks/send)"},
 		{file: "rest-and-grpc-only.json", refusal: "no JSON-RPC interface: the card offers HTTP+JSON, GRPC"},
 		{file: "v0.3-grpc-preferred-rest.json", refusal: "no JSON-RPC interface: the card offers GRPC, HTTP+JSON"},
+		{file: "v2.0-jsonrpc.json", refusal: `supportedInterfaces offers JSONRPC with protocolVersion "2.0"; meshtray speaks A2A 0.3 and 1.0`},
 		{file: "oauth2.json", refusal: `requires OAuth 2.0 ("google"); meshtray sends bearer tokens only`},
 		{file: "oidc-v1.0.json", refusal: `requires OpenID Connect ("sso"); meshtray sends bearer tokens only`},
 		{file: "apikey.json", refusal: `requires an API key ("key"); meshtray sends bearer tokens only`},
