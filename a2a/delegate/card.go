@@ -161,7 +161,11 @@ func verifyCard(raw []byte, base *url.URL, dev *pairing.DeviceID) (CardInfo, err
 	var endpoint string
 	for _, want := range []string{Version10, Version03, "0.2"} {
 		for _, in := range card.SupportedInterfaces {
-			if in.ProtocolBinding == "JSONRPC" && in.URL != "" && majorMinor(in.ProtocolVersion) == want {
+			mm := majorMinor(in.ProtocolVersion)
+			if want == Version10 && strings.HasPrefix(mm, "1.") {
+				mm = Version10 // a later 1.x minor takes 1.0 calls (A2A 1.0 §3.6)
+			}
+			if in.ProtocolBinding == "JSONRPC" && in.URL != "" && mm == want {
 				endpoint, info.Tenant = in.URL, in.Tenant
 				info.ProtocolVersion = want
 				break

@@ -38,6 +38,7 @@ func TestCardsOfEveryVersion(t *testing.T) {
 		{file: "v0.2.9.json", version: Version03, endpoint: "/", note: "protocolVersion 0.2.9: spoken to as 0.3"},
 		{file: "v1.0.json", version: Version10, endpoint: "/a2a/v1"},
 		{file: "dual.json", version: Version10, endpoint: "/a2a/v1"},
+		{file: "v1.1.json", version: Version10, endpoint: "/a2a/v1"},
 		{file: "v0.3-interfaces-only.json", version: Version03, endpoint: "/rpc"},
 		{file: "oauth2-or-bearer.json", version: Version03, endpoint: "/a2a"},
 		{file: "v0.1-authentication.json", refusal: "A2A 0.1's authentication field and no protocolVersion: an agent from before 0.2 (tasks/send)"},
