@@ -121,7 +121,6 @@ func (s *Server) CardHandler() http.Handler {
 			http.Error(w, "internal error", http.StatusInternalServerError)
 			return
 		}
-		data = s.signCard(data)
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-store") // publishing can be switched off at any time
@@ -166,7 +165,11 @@ func validHost(h string) bool {
 // cardBytes is the card for base as written on the wire: the one place
 // the card's JSON is made (a signature over it belongs here).
 func (s *Server) cardBytes(base string) ([]byte, error) {
-	return marshalJSON(s.card(base))
+	data, err := marshalJSON(s.card(base))
+	if err != nil {
+		return nil, err
+	}
+	return s.signCard(data), nil
 }
 
 // card builds the Agent Card for base (scheme://host:port, no trailing
