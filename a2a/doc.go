@@ -24,9 +24,8 @@
 //     room), JSON-RPC ids (256 bytes, UTF-8), stored message
 //     and artifact bytes (64 MiB), turns per task (32), streams per task
 //     (8), artifacts per task (64) and their bytes (8 MiB), time a task
-//     waits for its caller (10 min, then canceled); outbound: the view
-//     (128 tasks), parts kept per task (1 MiB), time one delegation is
-//     followed (1 h).
+//     waits for its caller (10 min, then canceled). Delegating out (the
+//     agents this device calls, their bounds) is meshtray/a2a/delegate.
 //   - JSON-RPC notifications (no id) get HTTP 204 and nothing is done
 //     (JSON-RPC 2.0 §4.1).
 //   - Errors: JSON-RPC 2.0 codes, A2A's -32001..-32007 and -32009 (version

@@ -11,8 +11,12 @@
 //     and paired peers (PeerSource, pinned TLS). Resolve by id, name, URL or
 //     device ID prefix (MinDevicePrefix).
 //   - Outbound (NewOutbound): Delegate, Answer, Cancel, Get, List, Watch over
-//     a bounded view (DefaultMaxOutbound tasks, DefaultMaxOutboundBytes of
-//     parts each, followed for at most DefaultMaxFollow).
+//     a bounded view (DefaultMaxOutbound tasks: 128, DefaultMaxOutboundBytes
+//     of parts each: 1 MiB, followed for at most DefaultMaxFollow: 1 h).
+//   - The client speaks the version the card offers (VerifyCard: A2A 1.0
+//     over a2a-go v2.3.1's client, else 0.3 over v0.3.15's), both reading
+//     answers through a tolerant decoding layer (tolerant.go); signed cards
+//     are checked (meshtray/a2a/cardsig).
 //   - ForwardExecutor (NewForwardExecutor): an agent.Executor relaying each
 //     approved task upstream, one upstream context per caller context.
 //   - Errors wrap ErrAgentUnreachable, ErrAgentUnauthorized,
