@@ -216,4 +216,6 @@ type addrConn struct {
 	remote string
 }
 
-func (c addrConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.ParseIP(strings.Split(c.remote, ":")[0]), Port: 1} }
+func (c addrConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.ParseIP(strings.Split(c.remote, ":")[0]), Port: 1}
+}

@@ -80,8 +80,8 @@ type listenerSet struct {
 	remote map[netip.Addr]*remoteListener // guarded by mu
 	// loopbackGuard counts the loopback port's connections; guarded by mu.
 	loopbackGuard *connGuard
-	wg     sync.WaitGroup
-	closed bool // guarded by mu
+	wg            sync.WaitGroup
+	closed        bool // guarded by mu
 }
 
 type remoteListener struct {

@@ -112,4 +112,3 @@ func TestSniffTimeoutDropsSilentConnections(t *testing.T) {
 		t.Fatalf("silent connection: read %v, want EOF (closed by the listener)", err)
 	}
 }
-

@@ -288,10 +288,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	mux := http.NewServeMux()
 	n.routes(mux)
 	srv := &http.Server{
-		Handler:           n.trackGrantWork(mux),
-		ConnContext:       connContext,
-		ConnState:         connState,
-		BaseContext:       func(net.Listener) context.Context { return n.ctx },
+		Handler:     n.trackGrantWork(mux),
+		ConnContext: connContext,
+		ConnState:   connState,
+		BaseContext: func(net.Listener) context.Context { return n.ctx },
 		// ReadHeaderTimeout bounds the TLS handshake too (net/http takes
 		// the shortest of its read and write timeouts for it).
 		ReadHeaderTimeout: 5 * time.Second,
@@ -299,7 +299,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		// claim posted a byte a minute). net/http clears the read deadline
 		// once the body is read, so long answers (SSE, long polls) are not
 		// cut; WriteTimeout stays 0 for them.
-		ReadTimeout:    30 * time.Second,
+		ReadTimeout: 30 * time.Second,
 		// Idle keep-alive connections: 30 s, and the oldest are evicted
 		// when a new connection needs the slot (connguard.go).
 		IdleTimeout:    30 * time.Second,
