@@ -165,6 +165,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A writer of the file keychain killed mid-write leaves a temp copy of
+	// the whole store (identity key included) beside it.
+	if removed, rerr := keychain.RemoveStaleTemps(filepath.Join(cfg.StateDir, keychainFile)); len(removed) > 0 || rerr != nil {
+		n.log.Warn("removed temp copies of the file keychain left by a writer that died", "files", removed, "err", rerr)
+	}
 	// Bind the loopback port first: a port in use is the likeliest failure
 	// and should not leave a half-started node behind.
 	lbLn, err := listenLoopback(cfg.Port)

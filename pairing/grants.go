@@ -43,6 +43,12 @@ type IssueRequest struct {
 	OS     string // cut to MaxOSLen runes
 	Scopes Scopes // at least one
 	Policy Policy // "" means PolicyAsk
+	// Uncollected issues the grant inactive: its token is refused and it
+	// is left out of List until Collected(id), and a start (NewGrants)
+	// that finds it still uncollected revokes it. The pairing flow issues
+	// its grants so: a grant whose token never reached the device (the
+	// node died first) must not stay valid with nobody holding it.
+	Uncollected bool
 }
 
 // Held is a grant another device issued to this one: we keep the raw token
@@ -93,6 +99,9 @@ func shortID(id string) string {
 type grantRecord struct {
 	Grant
 	TokenHash string `json:"token_sha256"` // hex SHA-256 of the token
+	// Uncollected: issued by a pairing whose token was not collected yet
+	// (IssueRequest.Uncollected).
+	Uncollected bool `json:"uncollected,omitempty"`
 }
 
 // heldRecord is the keychain item held/<device id>.
@@ -111,9 +120,10 @@ type usage struct {
 // grantEntry is one issued grant in memory. It is immutable once in the map
 // (updates replace it), apart from use.
 type grantEntry struct {
-	grant Grant // LastUsed is the stored value; the live one is in use
-	hash  [32]byte
-	use   *usage
+	grant       Grant // LastUsed is the stored value; the live one is in use
+	hash        [32]byte
+	use         *usage
+	uncollected bool // IssueRequest.Uncollected, until Collected
 }
 
 func (e *grantEntry) snapshot() Grant {
@@ -204,6 +214,15 @@ func (g *Grants) load() error {
 			g.log.Warn("skipping grant item without a token hash", "key", k)
 			continue
 		}
+		if rec.Uncollected {
+			// Approved, and the node stopped before the device collected
+			// the token: nobody holds it.
+			if err := g.ks.Delete(k); err != nil && !errors.Is(err, keychain.ErrNotFound) {
+				return fmt.Errorf("pairing: revoke uncollected grant %s: %w", rec.ID, err)
+			}
+			g.log.Warn("revoked a pairing grant whose token was never collected (the node stopped first)", "grant", rec.Grant)
+			continue
+		}
 		e := &grantEntry{grant: rec.Grant, use: new(usage)}
 		copy(e.hash[:], hash)
 		if !rec.LastUsed.IsZero() {
@@ -263,7 +282,7 @@ func (g *Grants) Issue(req IssueRequest) (Grant, string, error) {
 	token, hash := newToken(gr.ID)
 	gr.Status = StatusActive
 	gr.Created = time.Now().UTC().Truncate(time.Second)
-	e := &grantEntry{grant: gr, hash: hash, use: new(usage)}
+	e := &grantEntry{grant: gr, hash: hash, use: new(usage), uncollected: req.Uncollected}
 	if err := g.saveLocked(e); err != nil {
 		return Grant{}, "", err
 	}
@@ -308,7 +327,7 @@ func (req IssueRequest) validate() (Grant, error) {
 
 // saveLocked writes e's record; the caller holds wmu.
 func (g *Grants) saveLocked(e *grantEntry) error {
-	rec := grantRecord{Grant: e.snapshot(), TokenHash: hex.EncodeToString(e.hash[:])}
+	rec := grantRecord{Grant: e.snapshot(), TokenHash: hex.EncodeToString(e.hash[:]), Uncollected: e.uncollected}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -344,7 +363,7 @@ func (g *Grants) Authenticate(token string) (Grant, error) {
 	if e != nil {
 		want = &e.hash
 	}
-	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || e == nil {
+	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || e == nil || e.uncollected {
 		return Grant{}, ErrUnknownToken
 	}
 	if e.grant.Status != StatusActive {
@@ -357,11 +376,15 @@ func (g *Grants) Authenticate(token string) (Grant, error) {
 	return e.snapshot(), nil
 }
 
-// List returns every issued grant, oldest first.
+// List returns every issued grant, oldest first (not those issued
+// Uncollected and not collected yet).
 func (g *Grants) List() []Grant {
 	m := *g.grants.Load()
 	out := make([]Grant, 0, len(m))
 	for _, e := range m {
+		if e.uncollected {
+			continue
+		}
 		out = append(out, e.snapshot())
 	}
 	slices.SortFunc(out, func(a, b Grant) int {
@@ -436,7 +459,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 	if old == nil {
 		return ErrNoGrant
 	}
-	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use}
+	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use, uncollected: old.uncollected}
 	mutate(&ne.grant)
 	if ne.grant.Status == old.grant.Status && ne.grant.Policy == old.grant.Policy {
 		return nil
@@ -457,6 +480,32 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 		g.notify()
 	}
 	g.log.Info("grant changed", "grant", ne.grant, "policy", ne.grant.Policy)
+	return nil
+}
+
+// Collected makes a grant issued Uncollected a grant like any other, once
+// the keychain write succeeded: its token is now in the device's hands.
+// ErrNoGrant when it is gone (revoked meanwhile); nil when it was not
+// uncollected.
+func (g *Grants) Collected(id string) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	old := g.entry(id)
+	if old == nil {
+		return ErrNoGrant
+	}
+	if !old.uncollected {
+		return nil
+	}
+	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use}
+	if err := g.saveLocked(ne); err != nil {
+		return err
+	}
+	g.setLocked(ne)
+	g.notify()
 	return nil
 }
 
@@ -546,7 +595,7 @@ func (g *Grants) Rotate(id string) (string, error) {
 		return "", ErrNoGrant
 	}
 	token, hash := newToken(id)
-	ne := &grantEntry{grant: old.grant, hash: hash, use: old.use}
+	ne := &grantEntry{grant: old.grant, hash: hash, use: old.use, uncollected: old.uncollected}
 	if err := g.saveLocked(ne); err != nil {
 		return "", err
 	}
