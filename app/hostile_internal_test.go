@@ -166,4 +166,3 @@ func TestOneLANHostCannotTakeTheListener(t *testing.T) {
 		t.Fatalf("the phone's request: %v", got)
 	}
 }
-

@@ -43,4 +43,3 @@ func TestFewSourcesCannotFillGlobalLimit(t *testing.T) {
 		t.Errorf("a new source was rate-limited %d of 20 times while %d addresses flooded: a handful of sources fills the global limit", refusedFresh, len(flood))
 	}
 }
-
