@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"meshtray/egress"
 	"meshtray/pairing"
 )
 
@@ -58,6 +59,10 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 		c = tc.NetConn()
 	}
 	if tc, ok := c.(*taggedConn); ok {
+		if tc.kind != pairing.ListenerLoopback {
+			// Outbound calls this request causes follow the egress policy.
+			ctx = egress.FromNetwork(ctx)
+		}
 		return pairing.WithListener(ctx, tc.kind)
 	}
 	return ctx
