@@ -41,7 +41,7 @@ func TestStartRemovesStaleKeychainTemps(t *testing.T) {
 }
 
 // TestUncollectedPairingGrantDiesWithNode: a pairing the owner approved
-// whose token the device never collected is no grant: it is not listed, and
+// whose token the device never collected is listed as uncollected, and
 // after the node is killed (kill -9) and started again it is revoked.
 func TestUncollectedPairingGrantDiesWithNode(t *testing.T) {
 	dir := t.TempDir()
@@ -49,10 +49,17 @@ func TestUncollectedPairingGrantDiesWithNode(t *testing.T) {
 	grantID := ptApproveUncollected(t, n, "pixel", "agent,node")
 	var before app.Devices
 	ptJSON(t, n, &before, "devices")
+	listed := false
 	for _, g := range before.Issued {
 		if g.ID == grantID {
-			t.Errorf("grant %s listed before its token was collected", grantID)
+			listed = true
+			if !g.Uncollected {
+				t.Errorf("grant %s not marked uncollected before its token was collected: %+v", grantID, g)
+			}
 		}
+	}
+	if !listed {
+		t.Errorf("grant %s not listed after the approval", grantID)
 	}
 	if err := n.Signal(os.Kill); err != nil {
 		t.Fatal(err)

@@ -43,9 +43,9 @@ type IssueRequest struct {
 	OS     string // cut to MaxOSLen runes
 	Scopes Scopes // at least one
 	Policy Policy // "" means PolicyAsk
-	// Uncollected issues the grant inactive: its token is refused and it
-	// is left out of List until Collected(id), and a start (NewGrants)
-	// that finds it still uncollected revokes it. The pairing flow issues
+	// Uncollected issues the grant not valid yet (Grant.Uncollected): its
+	// token is refused until Collected(id), and a start (NewGrants) that
+	// finds it still uncollected revokes it. The pairing flow issues
 	// its grants so: a grant whose token never reached the device (the
 	// node died first) must not stay valid with nobody holding it.
 	Uncollected bool
@@ -99,9 +99,6 @@ func shortID(id string) string {
 type grantRecord struct {
 	Grant
 	TokenHash string `json:"token_sha256"` // hex SHA-256 of the token
-	// Uncollected: issued by a pairing whose token was not collected yet
-	// (IssueRequest.Uncollected).
-	Uncollected bool `json:"uncollected,omitempty"`
 }
 
 // heldRecord is the keychain item held/<device id>.
@@ -120,10 +117,9 @@ type usage struct {
 // grantEntry is one issued grant in memory. It is immutable once in the map
 // (updates replace it), apart from use.
 type grantEntry struct {
-	grant       Grant // LastUsed is the stored value; the live one is in use
-	hash        [32]byte
-	use         *usage
-	uncollected bool // IssueRequest.Uncollected, until Collected
+	grant Grant // LastUsed is the stored value; the live one is in use
+	hash  [32]byte
+	use   *usage
 }
 
 func (e *grantEntry) snapshot() Grant {
@@ -282,7 +278,8 @@ func (g *Grants) Issue(req IssueRequest) (Grant, string, error) {
 	token, hash := newToken(gr.ID)
 	gr.Status = StatusActive
 	gr.Created = time.Now().UTC().Truncate(time.Second)
-	e := &grantEntry{grant: gr, hash: hash, use: new(usage), uncollected: req.Uncollected}
+	gr.Uncollected = req.Uncollected
+	e := &grantEntry{grant: gr, hash: hash, use: new(usage)}
 	if err := g.saveLocked(e); err != nil {
 		return Grant{}, "", err
 	}
@@ -327,7 +324,7 @@ func (req IssueRequest) validate() (Grant, error) {
 
 // saveLocked writes e's record; the caller holds wmu.
 func (g *Grants) saveLocked(e *grantEntry) error {
-	rec := grantRecord{Grant: e.snapshot(), TokenHash: hex.EncodeToString(e.hash[:]), Uncollected: e.uncollected}
+	rec := grantRecord{Grant: e.snapshot(), TokenHash: hex.EncodeToString(e.hash[:])}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -363,7 +360,7 @@ func (g *Grants) Authenticate(token string) (Grant, error) {
 	if e != nil {
 		want = &e.hash
 	}
-	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || e == nil || e.uncollected {
+	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || e == nil || e.grant.Uncollected {
 		return Grant{}, ErrUnknownToken
 	}
 	if e.grant.Status != StatusActive {
@@ -376,15 +373,11 @@ func (g *Grants) Authenticate(token string) (Grant, error) {
 	return e.snapshot(), nil
 }
 
-// List returns every issued grant, oldest first (not those issued
-// Uncollected and not collected yet).
+// List returns every issued grant, oldest first.
 func (g *Grants) List() []Grant {
 	m := *g.grants.Load()
 	out := make([]Grant, 0, len(m))
 	for _, e := range m {
-		if e.uncollected {
-			continue
-		}
 		out = append(out, e.snapshot())
 	}
 	slices.SortFunc(out, func(a, b Grant) int {
@@ -459,7 +452,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 	if old == nil {
 		return ErrNoGrant
 	}
-	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use, uncollected: old.uncollected}
+	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use}
 	mutate(&ne.grant)
 	if ne.grant.Status == old.grant.Status && ne.grant.Policy == old.grant.Policy {
 		return nil
@@ -497,10 +490,11 @@ func (g *Grants) Collected(id string) error {
 	if old == nil {
 		return ErrNoGrant
 	}
-	if !old.uncollected {
+	if !old.grant.Uncollected {
 		return nil
 	}
 	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use}
+	ne.grant.Uncollected = false
 	if err := g.saveLocked(ne); err != nil {
 		return err
 	}
@@ -595,7 +589,7 @@ func (g *Grants) Rotate(id string) (string, error) {
 		return "", ErrNoGrant
 	}
 	token, hash := newToken(id)
-	ne := &grantEntry{grant: old.grant, hash: hash, use: old.use, uncollected: old.uncollected}
+	ne := &grantEntry{grant: old.grant, hash: hash, use: old.use}
 	if err := g.saveLocked(ne); err != nil {
 		return "", err
 	}

@@ -299,7 +299,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	}
 	status := HTTPStatus(err)
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	msg := err.Error()
 	if status == http.StatusInternalServerError {

@@ -67,6 +67,9 @@ const (
 	globalPerSec  = 50
 	globalBurst   = 640
 	maxSourceKeys = 4096
+	// retryAfter is the Retry-After of a 429 (RFC 9110 §10.2.3), in
+	// seconds: the time one token of a source's bucket takes to refill.
+	retryAfter = "4"
 
 	minNonceLen = 22 // characters of base64url: 128 bits
 	maxNonceLen = 128
