@@ -79,3 +79,31 @@ func TestUncollectedPairingGrantDiesWithNode(t *testing.T) {
 		t.Errorf("the start does not say it revoked the uncollected grant")
 	}
 }
+
+// TestControlSocketLongStateDir: a state dir whose control.sock path would
+// not fit sun_path puts the socket in a private runtime dir instead, and
+// the owner's CLI finds it there through daemon.json.
+func TestControlSocketLongStateDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("long-state-dir-", 8))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n := apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Config: "tailscale = false\n"})
+	d, err := app.ReadDaemonInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Socket == "" || strings.HasPrefix(d.Socket, dir) || len(d.Socket) > 103 {
+		t.Fatalf("control socket %q (%d bytes) for a state dir of %d bytes", d.Socket, len(d.Socket), len(dir))
+	}
+	fi, err := os.Stat(filepath.Dir(d.Socket))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("socket dir: %v, mode %v", err, fi.Mode())
+	}
+	if r := n.CLI("status"); r.Code != 0 {
+		t.Fatalf("status: exit %d: %s", r.Code, r.Stderr)
+	}
+	if n.Client.Socket() != d.Socket {
+		t.Errorf("client talks to %q, want the socket %q", n.Client.Socket(), d.Socket)
+	}
+}
