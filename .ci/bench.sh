@@ -34,6 +34,9 @@ go test -count=1 -run '^$' -bench 'BenchmarkStore' -benchtime=200x ./keychain | 
 section "Discovery: time to discover and to expire (mDNS in netns, tailnet on tsnet)"
 go test -count=1 -run '^TestBenchDiscovery' -v -timeout 30m ./mesh | grep -v -e '^=== RUN' -e '^PASS$'
 
+section "Hostile: owner's status latency and the node's RSS/fds under floods from a local attacker"
+go test -count=1 -run '^TestBenchHostile$' -v -timeout 20m ./app | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
+
 if [ -x .ci/bench-tray.sh ]; then
   section "Tray: idle CPU, RSS, registration, popup latency vs bare systray"
   .ci/bench-tray.sh

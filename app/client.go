@@ -45,16 +45,19 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Message }
 
-// Client talks to a running node's local control API over loopback as the
-// local owner (the control token from daemon.json). The CLI and the UI
-// process use it; it never goes beyond 127.0.0.1. Its LogValue leaves the
-// token out.
+// Client talks to a running node's local control API as the local owner
+// (the control token from daemon.json): over the node's control socket
+// where daemon.json names one (a flood on the loopback port does not reach
+// it), else over the loopback port. The CLI, the tray and the UI process
+// use it; it never goes beyond this machine. Its LogValue leaves the token
+// out.
 type Client struct {
 	base  string // http://127.0.0.1:PORT
 	token string
 	hc    *http.Client
 	// StateDir is where the node was found, for messages.
 	StateDir string
+	socket   string // control socket path; "" = the loopback port
 }
 
 // Dial finds the node running on stateDir. The node must really run: its
@@ -78,13 +81,29 @@ func Dial(stateDir string, port int) (*Client, error) {
 		return nil, &WrongPortError{Port: port, NodePort: d.Port, StateDir: stateDir}
 	}
 	port = d.Port
+	tr := &http.Transport{Proxy: nil, DisableCompression: true}
+	if d.Socket != "" {
+		// Every request goes to the socket whatever the URL says; the URL
+		// keeps naming the loopback port so Host passes the node's check
+		// and messages name the node as before.
+		var dialer net.Dialer
+		sock := d.Socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", sock)
+		}
+	}
 	return &Client{
 		base:     "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		token:    d.Token,
-		hc:       &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}},
+		hc:       &http.Client{Transport: tr},
 		StateDir: stateDir,
+		socket:   d.Socket,
 	}, nil
 }
+
+// Socket is the control socket the client talks to, "" when it uses the
+// loopback port.
+func (c *Client) Socket() string { return c.socket }
 
 // LogValue implements slog.LogValuer without the control token.
 func (c *Client) LogValue() slog.Value {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"meshtray/egress"
 	"meshtray/keychain"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -126,6 +127,9 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		switch {
 		case errors.Is(err, mesh.ErrBadURL), errors.Is(err, mesh.ErrSelf):
 			writeError(w, http.StatusBadRequest, err)
+			return
+		case errors.Is(err, egress.ErrRefused):
+			writeError(w, http.StatusForbidden, fmt.Errorf("%s names an address of this machine (loopback, link-local or metadata): only the owner at the device may add it", req.URL))
 			return
 		case err != nil:
 			writeError(w, http.StatusBadGateway, fmt.Errorf("no meshtray answered at %s: %w", req.URL, err))

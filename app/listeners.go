@@ -16,23 +16,16 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/netutil"
-
+	"meshtray/egress"
 	"meshtray/pairing"
 )
 
 // Listener bounds.
 const (
-	// maxRemoteConns caps the connections open at once on each remote
-	// (tailnet, LAN) listener: a stranger on the network can make us hold
-	// only so many (netutil.LimitListener; further ones wait in the
-	// kernel's backlog).
-	maxRemoteConns = 256
 	// sniffTimeout bounds how long a new loopback connection may take to
-	// send its first byte (which says TLS or plain HTTP).
-	sniffTimeout = 10 * time.Second
-	// maxSniffing caps the loopback connections waiting for that byte.
-	maxSniffing = 1024
+	// send its first byte (which says TLS or plain HTTP). The connections
+	// waiting for it count against loopbackLimits (connguard.go).
+	sniffTimeout = 5 * time.Second
 	// tlsHandshakeByte is the first byte of a TLS connection: the record
 	// type of a handshake (RFC 8446 §5.1, content type 22).
 	tlsHandshakeByte = 0x16
@@ -66,15 +59,22 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 		c = tc.NetConn()
 	}
 	if tc, ok := c.(*taggedConn); ok {
+		if tc.kind != pairing.ListenerLoopback {
+			// Outbound calls this request causes follow the egress policy.
+			ctx = egress.FromNetwork(ctx)
+		}
 		return pairing.WithListener(ctx, tc.kind)
 	}
 	return ctx
 }
 
 // listenerSet runs the node's listeners on one http.Server: loopback (TLS
-// with the identity certificate for peers, plain HTTP for the local owner,
-// on the same port), HTTPS on each remote address, and reconciles the
-// remote ones when the wanted addresses change.
+// with the identity certificate for peers, plain HTTP for browsers and the
+// local owner where there is no control socket, on the same port), HTTPS
+// on each remote address, the control socket, and reconciles the remote
+// ones when the wanted addresses change. Every TCP listener counts its
+// connections in a connGuard (loopbackLimits, remoteLimits); the server's
+// ConnState must be connState.
 type listenerSet struct {
 	srv  *http.Server
 	port int
@@ -83,13 +83,16 @@ type listenerSet struct {
 
 	mu     sync.Mutex
 	remote map[netip.Addr]*remoteListener // guarded by mu
-	wg     sync.WaitGroup
-	closed bool // guarded by mu
+	// loopbackGuard counts the loopback port's connections; guarded by mu.
+	loopbackGuard *connGuard
+	wg            sync.WaitGroup
+	closed        bool // guarded by mu
 }
 
 type remoteListener struct {
-	kind pairing.Listener
-	ln   net.Listener
+	kind  pairing.Listener
+	ln    net.Listener
+	guard *connGuard
 }
 
 // serve runs ln on the server until it is closed.
@@ -128,7 +131,18 @@ func listenLoopback(port int) (net.Listener, error) {
 // like any peer), any other as plain HTTP (the local owner's CLI, UI and
 // browser). Both are tagged loopback.
 func (s *listenerSet) serveLoopback(ln net.Listener) {
-	s.serve(newSniffListener(ln, s.tls, pairing.ListenerLoopback, sniffTimeout, s.log))
+	g := newConnGuard(string(pairing.ListenerLoopback), loopbackLimits, s.log)
+	s.mu.Lock()
+	s.loopbackGuard = g
+	s.mu.Unlock()
+	s.serve(newSniffListener(&guardListener{Listener: ln, g: g}, s.tls, pairing.ListenerLoopback, sniffTimeout, s.log))
+}
+
+// serveControl serves the control socket (listenControl): plain HTTP,
+// tagged loopback, so the requests on it meet exactly the local owner's
+// rules of the loopback port (Host check, control token).
+func (s *listenerSet) serveControl(ln net.Listener) {
+	s.serve(&taggedListener{Listener: ln, kind: pairing.ListenerLoopback})
 }
 
 // Reconcile makes the remote HTTPS listeners match want (address → kind):
@@ -157,13 +171,22 @@ func (s *listenerSet) Reconcile(want map[netip.Addr]pairing.Listener) {
 			s.log.Warn("cannot listen", "kind", kind, "addr", ap.String(), "err", err)
 			continue
 		}
-		if s.remote == nil {
-			s.remote = make(map[netip.Addr]*remoteListener)
-		}
-		s.remote[addr] = &remoteListener{kind: kind, ln: ln}
-		s.serve(tls.NewListener(&taggedListener{Listener: netutil.LimitListener(ln, maxRemoteConns), kind: kind}, s.tls))
+		s.serveRemoteLocked(addr, kind, ln)
 		s.log.Info("listening", "kind", kind, "addr", "https://"+ap.String())
 	}
+}
+
+// serveRemoteLocked serves ln as the remote listener of addr: HTTPS with
+// the identity certificate, its connections bounded by remoteLimits. The
+// caller holds mu.
+func (s *listenerSet) serveRemoteLocked(addr netip.Addr, kind pairing.Listener, ln net.Listener) *connGuard {
+	if s.remote == nil {
+		s.remote = make(map[netip.Addr]*remoteListener)
+	}
+	g := newConnGuard(string(kind)+" "+addr.String(), remoteLimits, s.log)
+	s.remote[addr] = &remoteListener{kind: kind, ln: ln, guard: g}
+	s.serve(tls.NewListener(&taggedListener{Listener: &guardListener{Listener: ln, g: g}, kind: kind}, s.tls))
+	return g
 }
 
 // Remote lists the remote listeners, sorted by address.
@@ -256,7 +279,7 @@ func (l *sniffListener) acceptLoop() {
 		}
 		delay = 0
 		l.mu.Lock()
-		if l.done || len(l.sniffing) >= maxSniffing {
+		if l.done {
 			l.mu.Unlock()
 			c.Close()
 			continue

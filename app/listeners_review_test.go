@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ func listenerFixture(t *testing.T) (*listenerSet, *pairing.Identity) {
 	}
 	srv := &http.Server{
 		ConnContext:       connContext,
+		ConnState:         connState,
 		ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			json.NewEncoder(w).Encode(map[string]any{"listener": pairing.ListenerFrom(r.Context()), "tls": r.TLS != nil})
@@ -112,60 +111,4 @@ func TestSniffTimeoutDropsSilentConnections(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("silent connection: read %v, want EOF (closed by the listener)", err)
 	}
-}
-
-// TestRemoteListenerConnectionCap: a remote listener holds at most
-// maxRemoteConns connections; the next one waits until one closes.
-func TestRemoteListenerConnectionCap(t *testing.T) {
-	t.Parallel()
-	ls, id := listenerFixture(t)
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls.port = probe.Addr().(*net.TCPAddr).Port
-	probe.Close()
-	ls.Reconcile(map[netip.Addr]pairing.Listener{netip.MustParseAddr("127.0.0.1"): pairing.ListenerLAN})
-	if len(ls.Remote()) != 1 {
-		t.Fatal("remote listener not up")
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ls.port)
-	dial := func(d time.Duration) (*tls.Conn, error) {
-		nc, err := net.DialTimeout("tcp", addr, d)
-		if err != nil {
-			return nil, err
-		}
-		c := tls.Client(nc, pairing.PinnedTLSConfig(id.Fingerprint))
-		c.SetDeadline(time.Now().Add(d))
-		if err := c.Handshake(); err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.SetDeadline(time.Time{})
-		return c, nil
-	}
-	var held []*tls.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	for i := range maxRemoteConns {
-		c, err := dial(10 * time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		held = append(held, c)
-	}
-	if c, err := dial(500 * time.Millisecond); err == nil {
-		c.Close()
-		t.Fatalf("connection %d was served: the cap is not %d", maxRemoteConns+1, maxRemoteConns)
-	}
-	held[0].Close()
-	held = held[1:]
-	c, err := dial(10 * time.Second)
-	if err != nil {
-		t.Fatalf("after one closed, a new connection: %v", err)
-	}
-	held = append(held, c)
 }

@@ -166,6 +166,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A writer of the file keychain killed mid-write leaves a temp copy of
+	// the whole store (identity key included) beside it.
+	if removed, rerr := keychain.RemoveStaleTemps(filepath.Join(cfg.StateDir, keychainFile)); len(removed) > 0 || rerr != nil {
+		n.log.Warn("removed temp copies of the file keychain left by a writer that died", "files", removed, "err", rerr)
+	}
 	// Bind the loopback port first: a port in use is the likeliest failure
 	// and should not leave a half-started node behind.
 	lbLn, err := listenLoopback(cfg.Port)
@@ -290,22 +295,34 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	mux := http.NewServeMux()
 	n.routes(mux)
 	srv := &http.Server{
-		Handler:           n.trackGrantWork(mux),
-		ConnContext:       connContext,
-		BaseContext:       func(net.Listener) context.Context { return n.ctx },
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:     n.trackGrantWork(mux),
+		ConnContext: connContext,
+		ConnState:   connState,
+		BaseContext: func(net.Listener) context.Context { return n.ctx },
+		// ReadHeaderTimeout bounds the TLS handshake too (net/http takes
+		// the shortest of its read and write timeouts for it).
+		ReadHeaderTimeout: 5 * time.Second,
 		// ReadTimeout bounds reading a whole request, body included (a
 		// claim posted a byte a minute). net/http clears the read deadline
 		// once the body is read, so long answers (SSE, long polls) are not
 		// cut; WriteTimeout stays 0 for them.
-		ReadTimeout:    30 * time.Second,
-		IdleTimeout:    2 * time.Minute,
+		ReadTimeout: 30 * time.Second,
+		// Idle keep-alive connections: 30 s, and the oldest are evicted
+		// when a new connection needs the slot (connguard.go).
+		IdleTimeout:    30 * time.Second,
 		MaxHeaderBytes: 32 << 10,
 		ErrorLog:       slog.NewLogLogger(n.log.With("pkg", "http").Handler(), slog.LevelDebug),
 	}
 	n.listeners = &listenerSet{srv: srv, port: cfg.Port, tls: n.identity.ServerTLSConfig(), log: n.log.With("pkg", "http")}
 	n.listeners.serveLoopback(lbLn)
-	if err := writeDaemonInfo(cfg.StateDir, DaemonInfo{PID: os.Getpid(), Port: cfg.Port, Token: n.controlToken}); err != nil {
+	ctlLn, ctlPath, err := listenControl(cfg.StateDir, n.log.With("pkg", "http"))
+	if err != nil {
+		return err
+	}
+	if ctlLn != nil {
+		n.listeners.serveControl(ctlLn)
+	}
+	if err := writeDaemonInfo(cfg.StateDir, DaemonInfo{PID: os.Getpid(), Port: cfg.Port, Token: n.controlToken, Socket: ctlPath}); err != nil {
 		return fmt.Errorf("write %s: %w", daemonFile, err)
 	}
 

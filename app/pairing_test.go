@@ -420,6 +420,48 @@ func TestCLIPairingKeepsSecretsOutOfLogs(t *testing.T) {
 // collected from the status long-poll.
 func ptPhoneClaim(t *testing.T, n *apptest.Node, name string, scopes string) (grantID, token string) {
 	t.Helper()
+	cr := ptPhoneApprove(t, n, name, scopes)
+	st, _, resp := ptDo(t, n.BaseURL, ptReq{method: "GET", path: "/pair/status/" + cr.RequestID, token: cr.PollToken})
+	var sr pairing.StatusResponse
+	json.Unmarshal([]byte(resp), &sr)
+	if st != 200 || sr.Status != pairing.StatusApproved || sr.Token == "" {
+		t.Fatalf("status after approval: %d %s", st, resp)
+	}
+	return sr.GrantID, sr.Token
+}
+
+// ptApproveUncollected claims and approves like ptPhoneClaim, and never
+// collects the token; it returns the grant's ID (from the approval's
+// answer in the node's log of decisions: the devices list once collected).
+func ptApproveUncollected(t *testing.T, n *apptest.Node, name string, scopes string) string {
+	t.Helper()
+	ptPhoneApprove(t, n, name, scopes)
+	var id string
+	apptest.WaitFor(t, 10*time.Second, "the approval's grant in the log", func() bool {
+		logs := n.Logs()
+		i := strings.Index(logs, "pairing request approved")
+		if i < 0 {
+			return false
+		}
+		line := logs[i:]
+		if j := strings.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		k := strings.Index(line, "grant.id=")
+		if k < 0 {
+			return false
+		}
+		id = strings.Fields(line[k+len("grant.id="):])[0]
+		return true
+	})
+	return id
+}
+
+// ptPhoneApprove claims n's new code like the phone page and approves the
+// request through the CLI; it returns the claim's answer (request id, poll
+// token) for collecting the token.
+func ptPhoneApprove(t *testing.T, n *apptest.Node, name string, scopes string) pairing.ClaimResponse {
+	t.Helper()
 	var sess struct {
 		Code        string `json:"code"`
 		Fingerprint string `json:"fingerprint"`
@@ -452,13 +494,7 @@ func ptPhoneClaim(t *testing.T, n *apptest.Node, name string, scopes string) (gr
 		return false
 	})
 	ptCLI(t, n, "approve", pa.ID, "--scopes", scopes)
-	st, _, resp = ptDo(t, n.BaseURL, ptReq{method: "GET", path: "/pair/status/" + cr.RequestID, token: cr.PollToken})
-	var sr pairing.StatusResponse
-	json.Unmarshal([]byte(resp), &sr)
-	if st != 200 || sr.Status != pairing.StatusApproved || sr.Token == "" {
-		t.Fatalf("status after approval: %d %s", st, resp)
-	}
-	return sr.GrantID, sr.Token
+	return cr
 }
 
 // TestRestartKeepsEveryGrant stops a node and starts it again on the same

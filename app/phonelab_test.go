@@ -133,52 +133,67 @@ func newPhLab(t testing.TB) *phLab {
 	return l
 }
 
-// phNSDialer returns a DialContext that creates its sockets inside network
-// namespace ns: the dial runs on a goroutine locked to its thread, which
-// enters ns (setns(2)), dials, and returns to its own namespace before
-// unlocking. The thread must survive: a child process started with
-// Pdeathsig (the private Secret Service, Chromium) is signalled when the
-// thread that forked it exits, and the Go runtime ends a thread whose
-// goroutine exits locked. If the way back fails, the thread stays locked
-// and ends, since it must never run other code inside ns.
-func phNSDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
+// phInNS runs f on a goroutine locked to its thread, which enters network
+// namespace ns (setns(2)) and returns to its own namespace before
+// unlocking; sockets f creates stay in ns. The thread must survive: a
+// child process started with Pdeathsig (the private Secret Service,
+// Chromium) is signalled when the thread that forked it exits, and the Go
+// runtime ends a thread whose goroutine exits locked. If the way back
+// fails, the thread stays locked and ends, since it must never run other
+// code inside ns.
+func phInNS(ns string, f func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- err
+			return
 		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			home, err := os.Open("/proc/thread-self/ns/net")
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, err}
-				return
-			}
-			defer home.Close()
-			target, err := os.Open("/run/netns/" + ns)
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, err}
-				return
-			}
-			defer target.Close()
-			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-				runtime.UnlockOSThread()
-				ch <- result{nil, fmt.Errorf("setns %s: %w", ns, err)}
-				return
-			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+		defer home.Close()
+		target, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- err
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("setns %s: %w", ns, err)
+			return
+		}
+		err = f()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- err
+	}()
+	return <-ch
+}
+
+// phNSDialer returns a DialContext that creates its sockets inside network
+// namespace ns (phInNS).
+func phNSDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		var d net.Dialer
+		if ierr := phInNS(ns, func() error { c, err = d.DialContext(ctx, network, addr); return nil }); ierr != nil {
+			return nil, ierr
+		}
+		return c, err
 	}
+}
+
+// phNSListen listens on addr inside ns (phInNS).
+func phNSListen(t testing.TB, ns, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	if err := phInNS(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
+		t.Fatalf("listen on %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // phNSClient is an HTTP client whose connections start inside ns. No

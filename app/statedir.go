@@ -174,11 +174,14 @@ type DaemonInfo struct {
 	PID   int    `json:"pid"`
 	Port  int    `json:"port"`
 	Token string `json:"token"` // the control token: grants local-owner access
+	// Socket is the control socket's path (see controlsock.go); empty on
+	// platforms without one, where clients use Port.
+	Socket string `json:"socket,omitempty"`
 }
 
 // LogValue implements slog.LogValuer without the control token.
 func (d DaemonInfo) LogValue() slog.Value {
-	return slog.GroupValue(slog.Int("pid", d.PID), slog.Int("port", d.Port))
+	return slog.GroupValue(slog.Int("pid", d.PID), slog.Int("port", d.Port), slog.String("socket", d.Socket))
 }
 
 func newControlToken() string {

@@ -276,3 +276,39 @@ func WriteFile(path string, data []byte) (err error) {
 	}
 	return syncDir(dir)
 }
+
+// RemoveStaleTemps removes the temp files WriteFile left beside the store
+// file at path when its writer died between creating and renaming one
+// (kill -9, power loss): each is a whole copy of the store, secrets
+// included. It takes the store's exclusive lock (writers hold it while a
+// temp file exists), so only dead writers' files go; with no temp file
+// present it takes no lock and creates nothing. It returns the names it
+// removed.
+func RemoveStaleTemps(path string) ([]string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("keychain: %w", err)
+	}
+	pattern := filepath.Join(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp*")
+	if m, _ := filepath.Glob(pattern); len(m) == 0 {
+		return nil, nil
+	}
+	f := &File{path: abs, timeout: CallTimeout, lock: flock.New(abs + ".lock")}
+	var removed []string
+	err = f.locked(true, func() error {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, p := range m {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, filepath.Base(p))
+		}
+		return errors.Join(errs...)
+	})
+	return removed, err
+}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"tailscale.com/net/tsaddr"
+
+	"meshtray/egress"
 )
 
 // Options configure a Discovery. Self is required; zero values elsewhere
@@ -522,6 +524,11 @@ func (d *Discovery) recheck() {
 			continue // Status says offline: nothing to ask
 		}
 		d.probeAsync("re|"+string(tg.src)+"|"+tg.id, func(ctx context.Context) {
+			if tg.fromNetwork {
+				// Added by a caller on the network: a name that now
+				// resolves to this machine is not probed (egress).
+				ctx = egress.FromNetwork(ctx)
+			}
 			h, _, err := d.probeAddrs(ctx, tg.addrs, tg.fp, tg.src == SourceTailscale)
 			if ctx.Err() != nil {
 				return

@@ -14,6 +14,7 @@ import (
 
 	"tailscale.com/net/tsaddr"
 
+	"meshtray/egress"
 	"meshtray/pairing"
 )
 
@@ -33,7 +34,9 @@ type prober struct {
 const maxConcurrentProbes = 8
 
 func newProber(o *Options) *prober {
-	std := (&net.Dialer{}).DialContext
+	// egress: a manual peer added by a caller on the network is probed
+	// only at addresses the policy allows (the request's ctx carries it).
+	std := egress.Dialer(nil).DialContext
 	dial := std
 	if o.Dial != nil {
 		tailnet := o.Dial

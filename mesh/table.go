@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"meshtray/egress"
 )
 
 // Bounds on the peer table (everything a stranger can make us hold).
@@ -37,6 +39,9 @@ type sighting struct {
 	expires time.Time // zero: no expiry (tailscale follows Status, manual stays)
 	online  bool
 	node    string // tailnet node name
+	// fromNetwork: a manual sighting added by a request from the network;
+	// its re-probes follow the egress policy as its first probe did.
+	fromNetwork bool
 }
 
 type row struct {
@@ -165,6 +170,12 @@ func (t *Table) AddManual(ctx context.Context, rawURL string) (Peer, error) {
 	if err := t.upsert(h, SourceManual, []string{hostport}, 0, ""); err != nil {
 		return Peer{}, err
 	}
+	t.mu.Lock()
+	if r := t.rows[h.ID]; r != nil && r.by[SourceManual] != nil {
+		// A later add by the owner vouches for the address.
+		r.by[SourceManual].fromNetwork = egress.IsFromNetwork(ctx)
+	}
+	t.mu.Unlock()
 	p, _ := t.Get(h.ID)
 	return p, nil
 }
@@ -450,10 +461,11 @@ func (t *Table) sightingOf(id string, src Source) (sighting, Hello, bool) {
 
 // target is one liveness check: probe addrs of id's src sighting.
 type target struct {
-	id    string
-	fp    string
-	src   Source
-	addrs []string
+	id          string
+	fp          string
+	src         Source
+	addrs       []string
+	fromNetwork bool // sighting.fromNetwork
 }
 
 // targets lists the sightings to re-check, for sources in srcs.
@@ -467,7 +479,7 @@ func (t *Table) targets(srcs ...Source) []target {
 			if s == nil || len(s.addrs) == 0 {
 				continue
 			}
-			out = append(out, target{id: id, fp: r.hello.FP, src: src, addrs: slices.Clone(s.addrs)})
+			out = append(out, target{id: id, fp: r.hello.FP, src: src, addrs: slices.Clone(s.addrs), fromNetwork: s.fromNetwork})
 		}
 	}
 	return out

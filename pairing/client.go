@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"syscall"
 	"time"
+
+	"meshtray/egress"
 )
 
 // PeerError is a peer's refusal of one of our pairing calls: its status
@@ -75,6 +77,7 @@ func peerClient(base, fp string, headerTimeout time.Duration) (*http.Client, err
 	}
 	tr := &http.Transport{
 		Proxy:                 nil, // never hand pairing traffic to a proxy
+		DialContext:           egress.Dialer(nil).DialContext,
 		TLSClientConfig:       PinnedTLSConfig(fp),
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: headerTimeout,
@@ -181,7 +184,7 @@ type JoinResult struct {
 // certificate's.
 func lookAtIssuer(ctx context.Context, base string) (string, error) {
 	var seen string
-	tr := &http.Transport{Proxy: nil, TLSClientConfig: ObserveTLSConfig(&seen), TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: DefaultCallTimeout}
+	tr := &http.Transport{Proxy: nil, DialContext: egress.Dialer(nil).DialContext, TLSClientConfig: ObserveTLSConfig(&seen), TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: DefaultCallTimeout}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	var info PeerInfo
@@ -553,6 +556,7 @@ func (g *Grants) PeerTransport(peerID string) (http.RoundTripper, error) {
 	}
 	return &peerTransport{g: g, h: h, base: &http.Transport{
 		Proxy:               nil,
+		DialContext:         egress.Dialer(nil).DialContext,
 		TLSClientConfig:     PinnedTLSConfig(h.Fingerprint),
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     60 * time.Second,

@@ -43,6 +43,12 @@ type IssueRequest struct {
 	OS     string // cut to MaxOSLen runes
 	Scopes Scopes // at least one
 	Policy Policy // "" means PolicyAsk
+	// Uncollected issues the grant not valid yet (Grant.Uncollected): its
+	// token is refused until Collected(id), and a start (NewGrants) that
+	// finds it still uncollected revokes it. The pairing flow issues
+	// its grants so: a grant whose token never reached the device (the
+	// node died first) must not stay valid with nobody holding it.
+	Uncollected bool
 }
 
 // Held is a grant another device issued to this one: we keep the raw token
@@ -204,6 +210,15 @@ func (g *Grants) load() error {
 			g.log.Warn("skipping grant item without a token hash", "key", k)
 			continue
 		}
+		if rec.Uncollected {
+			// Approved, and the node stopped before the device collected
+			// the token: nobody holds it.
+			if err := g.ks.Delete(k); err != nil && !errors.Is(err, keychain.ErrNotFound) {
+				return fmt.Errorf("pairing: revoke uncollected grant %s: %w", rec.ID, err)
+			}
+			g.log.Warn("revoked a pairing grant whose token was never collected (the node stopped first)", "grant", rec.Grant)
+			continue
+		}
 		e := &grantEntry{grant: rec.Grant, use: new(usage)}
 		copy(e.hash[:], hash)
 		if !rec.LastUsed.IsZero() {
@@ -263,6 +278,7 @@ func (g *Grants) Issue(req IssueRequest) (Grant, string, error) {
 	token, hash := newToken(gr.ID)
 	gr.Status = StatusActive
 	gr.Created = time.Now().UTC().Truncate(time.Second)
+	gr.Uncollected = req.Uncollected
 	e := &grantEntry{grant: gr, hash: hash, use: new(usage)}
 	if err := g.saveLocked(e); err != nil {
 		return Grant{}, "", err
@@ -344,7 +360,7 @@ func (g *Grants) Authenticate(token string) (Grant, error) {
 	if e != nil {
 		want = &e.hash
 	}
-	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || e == nil {
+	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || e == nil || e.grant.Uncollected {
 		return Grant{}, ErrUnknownToken
 	}
 	if e.grant.Status != StatusActive {
@@ -457,6 +473,33 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 		g.notify()
 	}
 	g.log.Info("grant changed", "grant", ne.grant, "policy", ne.grant.Policy)
+	return nil
+}
+
+// Collected makes a grant issued Uncollected a grant like any other, once
+// the keychain write succeeded: its token is now in the device's hands.
+// ErrNoGrant when it is gone (revoked meanwhile); nil when it was not
+// uncollected.
+func (g *Grants) Collected(id string) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	old := g.entry(id)
+	if old == nil {
+		return ErrNoGrant
+	}
+	if !old.grant.Uncollected {
+		return nil
+	}
+	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use}
+	ne.grant.Uncollected = false
+	if err := g.saveLocked(ne); err != nil {
+		return err
+	}
+	g.setLocked(ne)
+	g.notify()
 	return nil
 }
 

@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
+
+	"meshtray/egress"
 )
 
 // Body limits of the pairing endpoints, in bytes (http.MaxBytesReader).
@@ -219,10 +222,22 @@ func (p *Pairer) ReciprocateHandler() http.Handler {
 			writeErr(w, fmt.Errorf("%w: grant %s was issued to device %s, the offer is from %s", ErrIdentityChanged, pr.Grant.ID, shortID(pr.Grant.PeerID), id.Short()))
 			return
 		}
-		if o.URL != "" && IsLoopbackURL(o.URL) && pr.Listener != ListenerLoopback {
-			p.log.Warn("offer naming this machine's loopback from a peer on the network refused", "grant", pr.Grant, "listener", pr.Listener)
-			writeErr(w, fmt.Errorf("%w: url names this machine's loopback; only a peer on this machine may give one", ErrInvalid))
-			return
+		if o.URL != "" {
+			// The offered URL is dialled later: resolve it now and apply
+			// the one address policy (egress) to what it resolves to.
+			ctx := r.Context()
+			if pr.Listener != ListenerLoopback {
+				ctx = egress.FromNetwork(ctx)
+			}
+			host := ""
+			if u, err := url.Parse(o.URL); err == nil {
+				host = u.Hostname()
+			}
+			if err := egress.CheckHost(ctx, nil, host); err != nil {
+				p.log.Warn("offer naming an address of this machine from a peer on the network refused", "grant", pr.Grant, "listener", pr.Listener, "err", err)
+				writeErr(w, fmt.Errorf("%w: url names this machine (loopback), a link-local or a metadata address; only a peer on this machine may give one", ErrInvalid))
+				return
+			}
 		}
 		url := o.URL
 		if url == "" {
@@ -284,7 +299,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	}
 	status := HTTPStatus(err)
 	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	msg := err.Error()
 	if status == http.StatusInternalServerError {

@@ -57,12 +57,19 @@ const (
 	sweepEvery           = 10 * time.Second
 
 	// Per-source rate of pairing calls (claims, status polls, revocation
-	// notices): a burst of 10, then one every 2 s; 20/s for everyone.
-	sourceEvery   = 2 * time.Second
-	sourceBurst   = 10
-	globalPerSec  = 20
-	globalBurst   = 40
+	// notices; sources as SourceKey counts them, all of loopback as one):
+	// a burst of 8, then one every 4 s. The global bucket (50/s, burst
+	// 640) bounds the work of many sources at once, and is sized so that
+	// a handful cannot fill it: its rate takes 200 sources at their full
+	// rate, its burst 80 sources bursting together.
+	sourceEvery   = 4 * time.Second
+	sourceBurst   = 8
+	globalPerSec  = 50
+	globalBurst   = 640
 	maxSourceKeys = 4096
+	// retryAfter is the Retry-After of a 429 (RFC 9110 §10.2.3), in
+	// seconds: the time one token of a source's bucket takes to refill.
+	retryAfter = "4"
 
 	minNonceLen = 22 // characters of base64url: 128 bits
 	maxNonceLen = 128
@@ -674,8 +681,11 @@ func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscr
 // Decide records the owner's decision on request id. On approval it issues
 // a grant to the claimant (policy ask) with scopes, or, when scopes is nil,
 // with the requested scopes minus ScopeFull (full is never granted by
-// default), and keeps the token for the one status call that collects it;
-// that collection revokes the grants this device ID held before
+// default), and keeps the token for the one status call that collects it.
+// The grant is issued Uncollected: it is valid only once collected
+// (Grants.Collected), and one still uncollected when the node stops is
+// revoked then or at the next start. The collection revokes the grants
+// this device ID held before
 // (Request.Replaces, Grants.RevokeOlder). Errors:
 // ErrNoRequest, ErrDecided, ErrExpired, ErrInvalid (no scopes), keychain
 // errors from Issue.
@@ -711,7 +721,7 @@ func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
 	req := r.req
 	p.mu.Unlock()
 
-	gr, token, err := p.o.Grants.Issue(IssueRequest{PeerID: req.DeviceID, Name: req.Name, OS: req.OS, Scopes: scopes})
+	gr, token, err := p.o.Grants.Issue(IssueRequest{PeerID: req.DeviceID, Name: req.Name, OS: req.OS, Scopes: scopes, Uncollected: true})
 
 	p.mu.Lock()
 	if err != nil {
@@ -828,6 +838,14 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 			r.token = ""
 			delete(p.reqs, id)
 			p.mu.Unlock()
+			// The grant was issued Uncollected: it becomes valid now that
+			// its token goes to the device (a node that dies before this
+			// revokes it at the next start).
+			if err := p.o.Grants.Collected(resp.GrantID); err != nil {
+				p.log.Warn("cannot activate a collected pairing grant; revoking it", "grant_id", resp.GrantID, "err", err)
+				p.o.Grants.Revoke(resp.GrantID)
+				return StatusResponse{}, err
+			}
 			p.log.Info("pairing token collected", "request", r.req, "grant_id", resp.GrantID)
 			p.replaceOlder(r.req.DeviceID, resp.GrantID)
 			return resp, nil

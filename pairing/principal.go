@@ -88,6 +88,10 @@ type Grant struct {
 	Status   Status    `json:"status"`
 	Created  time.Time `json:"created"`
 	LastUsed time.Time `json:"last_used,omitzero"`
+	// Uncollected: approved in a pairing whose device has not collected
+	// the token yet; the token is refused until it does, and the grant is
+	// revoked if the node stops first (IssueRequest.Uncollected).
+	Uncollected bool `json:"uncollected,omitempty"`
 }
 
 // Listener names the listener a request arrived on. Only ListenerLoopback can

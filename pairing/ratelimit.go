@@ -8,8 +8,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// sourceLimiter is a token bucket per source network (an IPv4 address, an
-// IPv6 /64, since one host usually owns a whole /64) plus one global bucket,
+// sourceLimiter is a token bucket per source network (SourceKey) plus one
+// global bucket,
 // in a table of at most maxSources entries: a stranger can make us remember
 // only so much.
 type sourceLimiter struct {
@@ -37,9 +37,20 @@ func newSourceLimiter(perSource rate.Limit, burst int, global rate.Limit, global
 	}
 }
 
-// sourceKey is the network a source address is counted under.
-func sourceKey(a netip.Addr) netip.Prefix {
+// loopbackKey is the one source every loopback address counts as: any
+// local user can send from all of 127/8 and ::1.
+var loopbackKey = netip.MustParsePrefix("127.0.0.0/8")
+
+// SourceKey is the network a source address is counted under by every
+// per-source limit (pairing calls, listener connections): an IPv4
+// address; an IPv6 /64, since one host usually owns a whole /64
+// (RFC 4291 §2.5.4, SLAAC); all of loopback as one source. The zero Addr
+// gives the zero Prefix.
+func SourceKey(a netip.Addr) netip.Prefix {
 	a = a.Unmap()
+	if a.IsLoopback() {
+		return loopbackKey
+	}
 	bits := 32
 	if a.Is6() {
 		bits = 64
@@ -47,6 +58,8 @@ func sourceKey(a netip.Addr) netip.Prefix {
 	p, _ := a.Prefix(bits)
 	return p
 }
+
+func sourceKey(a netip.Addr) netip.Prefix { return SourceKey(a) }
 
 // allow spends one token of src's bucket and one of the global bucket at
 // time now, and reports whether both had one. It spends nothing when

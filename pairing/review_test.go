@@ -295,8 +295,9 @@ func TestPlainHTTPPeerURLsRefused(t *testing.T) {
 
 // TestLoopbackOfferOnlyFromLoopback: a peer on the network cannot make this
 // device call a service on its own loopback (Offer.URL 127.0.0.1: our held
-// token would go there); an offer arriving on the loopback listener, from
-// a second node on this machine, may.
+// token would go there), in whatever spelling, nor a link-local or metadata
+// address; an offer arriving on the loopback listener, from a second node
+// on this machine, may.
 func TestLoopbackOfferOnlyFromLoopback(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -308,6 +309,11 @@ func TestLoopbackOfferOnlyFromLoopback(t *testing.T) {
 		{"lan, loopback url", true, "https://127.0.0.1:9", http.StatusBadRequest},
 		{"lan, localhost url", true, "https://localhost:9", http.StatusBadRequest},
 		{"lan, v6 loopback url", true, "https://[::1]:9", http.StatusBadRequest},
+		{"lan, absolute localhost url", true, "https://localhost.:9", http.StatusBadRequest},
+		{"lan, hex loopback url", true, "https://0x7f000001:9", http.StatusBadRequest},
+		{"lan, mapped loopback url", true, "https://[::ffff:127.0.0.1]:9", http.StatusBadRequest},
+		{"lan, metadata url", true, "https://169.254.169.254:9", http.StatusBadRequest},
+		{"lan, this-network url", true, "https://0.0.0.0:9", http.StatusBadRequest},
 		{"lan, lan url", true, "https://192.0.2.7:47654", http.StatusOK},
 		{"lan, no url", true, "", http.StatusOK},
 		{"loopback, loopback url", false, "https://127.0.0.1:9", http.StatusOK},

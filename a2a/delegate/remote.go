@@ -25,6 +25,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient"
 
 	agent "meshtray/a2a"
+	"meshtray/egress"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -288,8 +289,10 @@ func cleanSnippet(b []byte) string {
 // waits.
 func newExternalTransport() *http.Transport {
 	return &http.Transport{
-		Proxy:                  agentProxy(http.ProxyFromEnvironment),
-		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: agentProxy(http.ProxyFromEnvironment),
+		// egress: an agent added by a caller on the network must not
+		// point us at this machine's own ports (checked per address dialled).
+		DialContext:            egress.Dialer(&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ResponseHeaderTimeout:  HeaderTimeout,
 		IdleConnTimeout:        60 * time.Second,
