@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tray's benchmark (issue 6 §5), called by .ci/bench.sh (`make bench`):
+# The tray's benchmark, called by .ci/bench.sh (`make bench`):
 # under Xvfb with a test-side StatusNotifierWatcher, the tray process (node
 # included) next to a bare fyne.io/systray app with one item: idle CPU over
 # 60 s, RSS, start-to-registered, and the popup's open latency (approval

@@ -26,7 +26,7 @@ import (
 	a2asrvv1 "github.com/a2aproject/a2a-go/v2/a2asrv"
 )
 
-// The benchmark report: meshtray's server (device.info through the node
+// The benchmark report (`make bench`): meshtray's server (device.info through the node
 // executor, auto-approved grant, bearer auth), over A2A 0.3 and over 1.0,
 // side by side with a2a-go v0.3.15's own a2asrv.NewJSONRPCHandler (0.3)
 // and a2a-go v2.3.1's (1.0), each over a trivial executor producing the

@@ -10,6 +10,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
 
+	"meshtray/jsonout"
 	"meshtray/nodes"
 )
 
@@ -121,9 +122,7 @@ func (s *Server) CardHandler() http.Handler {
 			http.Error(w, "internal error", http.StatusInternalServerError)
 			return
 		}
-		h := w.Header()
-		h.Set("Content-Type", "application/json")
-		h.Set("Cache-Control", "no-store") // publishing can be switched off at any time
+		jsonout.SetHeaders(w.Header()) // no-store: publishing can be switched off at any time
 		w.WriteHeader(http.StatusOK)
 		if r.Method == http.MethodGet {
 			_, _ = w.Write(data)
@@ -165,7 +164,7 @@ func validHost(h string) bool {
 // cardBytes is the card for base as written on the wire: the one place
 // the card's JSON is made (a signature over it belongs here).
 func (s *Server) cardBytes(base string) ([]byte, error) {
-	data, err := marshalJSON(s.card(base))
+	data, err := jsonout.Marshal(s.card(base))
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +254,7 @@ func skillsFrom(m nodes.Manifest) []a2a.AgentSkill {
 		if c.Effects != "" {
 			tags = append(tags, string(c.Effects))
 		}
-		example, _ := marshalJSON(map[string]any{"capability": c.Name, "params": exampleParams(c.Params)})
+		example, _ := jsonout.Marshal(map[string]any{"capability": c.Name, "params": exampleParams(c.Params)})
 		desc := c.Description
 		if desc == "" {
 			desc = c.Name

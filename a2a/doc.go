@@ -17,7 +17,7 @@
 //     completed | failed | rejected | input-required; canceled by
 //     tasks/cancel, CancelOwner, switching A2A off, or Shutdown). Terminal
 //     states are final. What the owner approves is one escaped line
-//     (nodes.EscapeInvisible), naming the files a message carries.
+//     (textsafe.EscapeInvisible), naming the files a message carries.
 //   - Bounds: request body (1 MiB), store (512 tasks, oldest terminal
 //     evicted, never a live one), running tasks per owner (16) and, apart,
 //     tasks waiting for their caller (16, the oldest canceled to make

@@ -28,7 +28,7 @@ type Executor interface {
 // Summarizer is an optional Executor interface: Summarize turns the first
 // message of a task into the one-line text the owner approves ("device.info",
 // `system.notify {"title":"hi"}`). The engine passes it through
-// nodes.EscapeInvisible and bounds it to nodes.MaxSummaryRunes (both
+// textsafe.EscapeInvisible and bounds it to nodes.MaxSummaryRunes (both
 // idempotent), so control and bidirectional characters a caller sent show
 // as escapes. Without it the summary is the first line of the message's
 // text (else its data as JSON), followed by the names of its files.

@@ -12,6 +12,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/errordetails"
+
+	"meshtray/jsonout"
 )
 
 // JSON-RPC 2.0 method names of the A2A 0.3.0 JSON-RPC binding (A2A spec
@@ -266,7 +268,7 @@ func appendError(dst []byte, ver protoVersion, e *rpcError) []byte {
 	dst = append(dst, `{"code":`...)
 	dst = strconv.AppendInt(dst, int64(e.Code), 10)
 	dst = append(dst, `,"message":`...)
-	msg, _ := marshalJSON(e.Message)
+	msg, _ := jsonout.Marshal(e.Message)
 	dst = append(dst, msg...)
 	var data any
 	switch {
@@ -281,7 +283,7 @@ func appendError(dst []byte, ver protoVersion, e *rpcError) []byte {
 		data = e.Data
 	}
 	if data != nil {
-		if b, err := marshalJSON(data); err == nil {
+		if b, err := jsonout.Marshal(data); err == nil {
 			dst = append(dst, `,"data":`...)
 			dst = append(dst, b...)
 		}
@@ -328,13 +330,13 @@ func errorReason(code int) (reason, domain string) {
 }
 
 // writeJSON writes one non-streaming JSON-RPC response: always HTTP 200
-// (errors included, per the A2A JSON-RPC binding) with Content-Type
-// application/json.
+// (errors included, per the A2A JSON-RPC binding) with jsonout's headers
+// (Content-Type application/json, no-store, nosniff).
 func writeJSON(w http.ResponseWriter, ver protoVersion, id json.RawMessage, result []byte, e *rpcError) {
 	buf := appendResponse(make([]byte, 0, len(result)+64), ver, id, result, e)
 	buf = append(buf, '\n')
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	jsonout.SetHeaders(h)
 	h.Set("Content-Length", strconv.Itoa(len(buf)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf)

@@ -11,6 +11,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+
+	"meshtray/jsonout"
 )
 
 // ListTasks page sizes (A2A 1.0 ListTasksRequest.pageSize: 1..100, 50 when
@@ -138,7 +140,7 @@ func (s *Server) onList(c *call) {
 		last := rows[end-1]
 		resp.NextPageToken = cursor{created: last.created, id: string(last.t.id)}.String()
 	}
-	data, err := marshalJSON(resp)
+	data, err := jsonout.Marshal(resp)
 	if err != nil {
 		c.fail(err)
 		return

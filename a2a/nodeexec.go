@@ -13,6 +13,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
+	"meshtray/jsonout"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -28,7 +29,7 @@ type NodeRegistry interface {
 }
 
 // NodeExecutor is the built-in Executor: it maps an approved A2A message to
-// one capability call on this device's node registry (issue 2 §8).
+// one capability call on this device's node registry.
 //
 // A message names the call either as a DataPart
 //
@@ -99,7 +100,7 @@ func (x *NodeExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) string 
 	var c nodeCall
 	_, ambiguous := x.parse(&c, msg, x.reg.Manifest())
 	if c.Capability != "" && !ambiguous {
-		params, _ := marshalJSON(c.paramsOrEmpty()) // a map from JSON always encodes
+		params, _ := jsonout.Marshal(c.paramsOrEmpty()) // a map from JSON always encodes
 		return callLine(nodes.Summarize(c.Capability, params), msg)
 	}
 	return textSummary(msg, "(no capability named)")
@@ -113,10 +114,10 @@ func callLine(call string, msg *a2a.Message) string {
 	b.WriteString(call)
 	for _, p := range msg.Parts {
 		if fp, ok := p.(a2a.FilePart); ok {
-			b.WriteString(" [file " + fileName(fp) + "]")
+			b.WriteString(" [file " + FileName(fp) + "]")
 		}
 	}
-	return boundSummary(b.String())
+	return nodes.BoundSummary(b.String())
 }
 
 // Execute implements Executor.
@@ -149,7 +150,7 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 		ex.Fail(fmt.Sprintf("%s is unavailable on this device: %s", capb.Name, capb.Reason))
 		return nil
 	}
-	params, err := marshalJSON(c.paramsOrEmpty())
+	params, err := jsonout.Marshal(c.paramsOrEmpty())
 	if err != nil {
 		ex.Fail("the params cannot be encoded: " + err.Error())
 		return nil

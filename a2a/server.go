@@ -1014,10 +1014,10 @@ func (s *Server) deviceName() string {
 }
 
 // summarize is the one-line text the owner approves: the Summarizer's,
-// else textSummary's; bounded and escaped either way (boundSummary).
+// else textSummary's; bounded and escaped either way (nodes.BoundSummary).
 func (s *Server) summarize(p *pairing.Principal, msg *a2a.Message) string {
 	if sm, ok := s.opts.Executor.(Summarizer); ok {
-		return boundSummary(sm.Summarize(p, msg))
+		return nodes.BoundSummary(sm.Summarize(p, msg))
 	}
 	return textSummary(msg, "(a message without text)")
 }

@@ -17,10 +17,6 @@ func Interrupted(s a2a.TaskState) bool { return interrupted(s) }
 // cut with "…".
 func Truncate(s string, n int) string { return truncate(s, n) }
 
-// MarshalJSON is the JSON meshtray shows people (nodes.MarshalJSON, with
-// the HTML escapes undone).
-func MarshalJSON(v any) ([]byte, error) { return marshalJSON(v) }
-
 // TextSummary is the one escaped line a person approves for msg: its first
 // text, data parts as JSON, the names of its files; empty when it has none.
 func TextSummary(msg *a2a.Message, empty string) string { return textSummary(msg, empty) }

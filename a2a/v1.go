@@ -7,6 +7,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+
+	"meshtray/jsonout"
 )
 
 // The engine keeps tasks in A2A 0.3's types (a2a-go v0.3); a 1.0 request
@@ -71,14 +73,14 @@ func v1Task(t *a2a.Task) (*a2av1.Task, error) {
 // ({"task": ...}, {"statusUpdate": ...}, ...).
 func marshalResult(ver protoVersion, ev a2a.Event, wrap bool) ([]byte, error) {
 	if ver == v03 {
-		return marshalJSON(ev)
+		return jsonout.Marshal(ev)
 	}
 	v, err := a2av0.ToV1Event(ev)
 	if err != nil {
 		return nil, err
 	}
 	if !wrap {
-		return marshalJSON(v)
+		return jsonout.Marshal(v)
 	}
-	return marshalJSON(a2av1.StreamResponse{Event: v})
+	return jsonout.Marshal(a2av1.StreamResponse{Event: v})
 }

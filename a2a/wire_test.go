@@ -10,43 +10,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 )
 
-// What goes on the wire: no HTML escapes, the card's shape, and
-// JSON-RPC notifications.
-
-func TestUnescapeHTML(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ in, want string }{
-		{`{"a":"x"}`, `{"a":"x"}`},
-		{`{"a":"\u003ctitle\u003e \u0026 more"}`, `{"a":"<title> & more"}`},
-		{`{"a":"\\u003c stays text"}`, `{"a":"\\u003c stays text"}`},
-		{`{"a":"\\\u003c"}`, `{"a":"\\<"}`},
-		{`{"a":"\u00e9\u2028\n\"q\""}`, `{"a":"\u00e9\u2028\n\"q\""}`},
-		{`["\u003","\u00"]`, `["\u003","\u00"]`},
-	}
-	for _, tt := range tests {
-		got := string(unescapeHTML([]byte(tt.in)))
-		if got != tt.want {
-			t.Errorf("unescapeHTML(%s) = %s, want %s", tt.in, got, tt.want)
-		}
-		var a, b any
-		if json.Unmarshal([]byte(tt.in), &a) == nil {
-			if err := json.Unmarshal([]byte(got), &b); err != nil {
-				t.Errorf("unescapeHTML(%s) is not JSON: %v", tt.in, err)
-			} else if ja, jb := mustMarshal(t, a), mustMarshal(t, b); ja != jb {
-				t.Errorf("unescapeHTML(%s) changed the value: %s vs %s", tt.in, ja, jb)
-			}
-		}
-	}
-}
-
-func mustMarshal(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+// What goes on the wire: the card's shape and JSON-RPC notifications
+// (jsonout keeps HTML characters as written).
 
 func getBody(t *testing.T, url string) []byte {
 	t.Helper()

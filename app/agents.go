@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -14,11 +13,12 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/a2a/delegate"
+	"meshtray/jsonout"
 	"meshtray/keychain"
 	"meshtray/pairing"
 )
 
-// Delegating out (issue 4): the agents this device delegates to, the
+// Delegating out: the agents this device delegates to, the
 // outbound view, and the forward executor, wired into the node.
 
 // EventAgents: the agents list changed (added, removed, enabled, a card
@@ -339,7 +339,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, as)
+		jsonout.Write(w, http.StatusOK, as)
 	})
 	local("POST /a2a/agents", func(w http.ResponseWriter, r *http.Request) {
 		var req AgentRequest
@@ -351,7 +351,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, a)
+		jsonout.Write(w, http.StatusCreated, a)
 	})
 	local("POST /a2a/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var u AgentUpdate
@@ -363,7 +363,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, a) // a refresh that failed returns the agent as now marked
+		jsonout.Write(w, http.StatusOK, a) // a refresh that failed returns the agent as now marked
 	})
 	local("DELETE /a2a/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.deleg.agents.Remove(r.PathValue("id")); err != nil {
@@ -373,7 +373,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.deleg.out.List())
+		jsonout.Write(w, http.StatusOK, n.deleg.out.List())
 	})
 	local("POST /a2a/outbound", func(w http.ResponseWriter, r *http.Request) {
 		var req DelegateRequest
@@ -386,7 +386,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			return
 		}
 		if req.Detach {
-			writeJSON(w, http.StatusCreated, t)
+			jsonout.Write(w, http.StatusCreated, t)
 			return
 		}
 		n.serveWatch(w, r, t.ID)
@@ -401,7 +401,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			n.serveWatch(w, r, t.ID)
 			return
 		}
-		writeJSON(w, http.StatusOK, t)
+		jsonout.Write(w, http.StatusOK, t)
 	})
 	local("POST /a2a/outbound/{id}/answer", func(w http.ResponseWriter, r *http.Request) {
 		var req AnswerRequest
@@ -414,7 +414,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			return
 		}
 		if req.Detach {
-			writeJSON(w, http.StatusOK, t)
+			jsonout.Write(w, http.StatusOK, t)
 			return
 		}
 		n.serveWatch(w, r, t.ID)
@@ -425,10 +425,10 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, t)
+		jsonout.Write(w, http.StatusOK, t)
 	})
 	local("GET /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Forward())
+		jsonout.Write(w, http.StatusOK, n.Forward())
 	})
 	owner("POST /a2a/forward", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -465,7 +465,7 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 			writeError(w, agentStatus(err), err)
 			return
 		}
-		writeJSON(w, http.StatusOK, v)
+		jsonout.Write(w, http.StatusOK, v)
 	})
 }
 
@@ -473,22 +473,9 @@ func (n *Node) delegationRoutes(mux *http.ServeMux) {
 // (terminal, waiting for input, contact lost), the client leaves, or the
 // node stops.
 func (n *Node) serveWatch(w http.ResponseWriter, r *http.Request, id string) {
-	fl, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	err := n.deleg.out.Watch(r.Context(), id, func(ev delegate.OutboundEvent) error {
-		if err := enc.Encode(ev); err != nil {
-			return err
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return nil
-	})
+	stream := jsonout.NewStream(w)
+	err := n.deleg.out.Watch(r.Context(), id, func(ev delegate.OutboundEvent) error { return stream.Send(ev) })
 	if err != nil && r.Context().Err() == nil {
-		enc.Encode(delegate.OutboundEvent{Error: err.Error()})
+		_ = stream.Send(delegate.OutboundEvent{Error: err.Error()})
 	}
 }

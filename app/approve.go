@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	agent "meshtray/a2a"
+	"meshtray/jsonout"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -63,7 +63,7 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	a := approvalFrom(p, g)
 	a.Kind = KindDelegation
 	a.Summary = t.Summary
-	a.Detail = messageText(t.Message)
+	a.Detail = messageDetail(t.Message)
 	a.TaskID = string(t.TaskID)
 	d, err := n.approvals.askQueued(ctx, a, t.Queued)
 	if err != nil {
@@ -307,34 +307,29 @@ func (q *Approvals) WithdrawGrant(id, reason string) int {
 	return n
 }
 
-// messageText is what the owner reads of an A2A message: its text parts,
-// then its data parts as JSON, bounded.
-func messageText(m *a2a.Message) string {
+// messageDetail is what the owner reads of an A2A message: its text
+// (agent.MessageText), then each data part as JSON (jsonout.Marshal, "<"
+// and "&" as sent) and each file it carries ("[file name]"), one a line, at
+// most maxDetail bytes. It is not escaped: every surface that shows it
+// escapes invisible characters (textsafe.EscapeInvisibleText in the
+// windows and the CLI), none interprets markup.
+func messageDetail(m *a2a.Message) string {
 	if m == nil {
 		return ""
 	}
 	var b strings.Builder
+	b.WriteString(agent.MessageText(m))
 	for _, p := range m.Parts {
-		switch p := p.(type) {
-		case a2a.TextPart:
-			b.WriteString(p.Text)
-			b.WriteByte('\n')
-		case a2a.DataPart:
-			j, _ := json.Marshal(p.Data)
-			b.Write(j)
-			b.WriteByte('\n')
-		case a2a.FilePart:
-			name := "unnamed"
-			switch f := p.File.(type) {
-			case a2a.FileBytes:
-				name = f.Name
-			case a2a.FileURI:
-				name = f.URI
-			}
-			fmt.Fprintf(&b, "[file %s]\n", name)
-		}
 		if b.Len() > maxDetail {
 			break
+		}
+		switch p := p.(type) {
+		case a2a.DataPart:
+			j, _ := jsonout.Marshal(p.Data)
+			b.WriteByte('\n')
+			b.Write(j)
+		case a2a.FilePart:
+			b.WriteString("\n[file " + agent.FileName(p) + "]")
 		}
 	}
 	return truncate(strings.TrimSpace(b.String()), maxDetail)

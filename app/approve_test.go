@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
+
 	agent "meshtray/a2a"
 	"meshtray/keychain"
 	"meshtray/nodes"
@@ -166,4 +168,38 @@ func TestWithdrawGrant(t *testing.T) {
 		t.Fatalf("WithdrawGrant(\"\") = %d", n)
 	}
 	q.Close()
+}
+
+// TestDelegationDetailAsSent: the detail an owner reads of a delegation is
+// the message as sent: its text, its data as JSON and its files, with "<",
+// ">" and "&" as they are (not \u003c...), and invisible characters left
+// for the window and the CLI to escape.
+func TestDelegationDetailAsSent(t *testing.T) {
+	t.Parallel()
+	n, gr := approverNode(t)
+	p := &pairing.Principal{Grant: gr, Listener: pairing.ListenerLAN}
+	msg := a2a.NewMessage(a2a.MessageRoleUser,
+		a2a.TextPart{Text: "compare <b>this</b> & that\u202e"},
+		a2a.DataPart{Data: map[string]any{"q": "<script>&amp;"}},
+		a2a.FilePart{File: a2a.FileURI{FileMeta: a2a.FileMeta{Name: "report.pdf"}, URI: "https://h/r?a=1&b=2"}},
+		a2a.TextPart{Text: "second"},
+	)
+	done := make(chan agent.Decision, 1)
+	go func() {
+		done <- taskApprover{n}.ApproveTask(context.Background(), agent.TaskApproval{Caller: p, Summary: "compare", Message: msg, Queued: func() {}})
+	}()
+	a := nextApproval(t, n)
+	want := "compare <b>this</b> & that\u202e\nsecond\n" + `{"q":"<script>&amp;"}` + "\n[file report.pdf]"
+	if a.Detail != want {
+		t.Errorf("Detail = %q\nwant     %q", a.Detail, want)
+	}
+	if err := n.Decide(a.ID, ApprovalDecision{Decision: DecisionDeny}); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-done; d.Approved {
+		t.Fatal("denied, yet approved")
+	}
+	if got := messageDetail(nil); got != "" {
+		t.Errorf("messageDetail(nil) = %q", got)
+	}
 }

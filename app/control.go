@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"meshtray/egress"
+	"meshtray/jsonout"
 	"meshtray/keychain"
 	"meshtray/mesh"
-	"meshtray/nodes"
 	"meshtray/pairing"
 )
 
@@ -26,10 +26,10 @@ const maxControlBody = 64 << 10
 func (n *Node) controlRoutes(mux *http.ServeMux) {
 	local, owner := n.localRoutes(mux), n.ownerRoutes(mux)
 	local("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Status())
+		jsonout.Write(w, http.StatusOK, n.Status())
 	})
 	local("GET /a2a/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.A2AStatus())
+		jsonout.Write(w, http.StatusOK, n.A2AStatus())
 	})
 	local("POST /a2a/status", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -47,10 +47,10 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusInternalServerError, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, st)
+		jsonout.Write(w, http.StatusOK, st)
 	})
 	local("GET /config", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Settings())
+		jsonout.Write(w, http.StatusOK, n.Settings())
 	})
 	owner("POST /config", func(w http.ResponseWriter, r *http.Request) {
 		var req ConfigUpdate
@@ -62,10 +62,10 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			writeError(w, statusFor(err), err)
 			return
 		}
-		writeJSON(w, http.StatusOK, st)
+		jsonout.Write(w, http.StatusOK, st)
 	})
 	local("GET /approvals", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.approvals.List())
+		jsonout.Write(w, http.StatusOK, n.approvals.List())
 	})
 	owner("POST /approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var d ApprovalDecision
@@ -79,7 +79,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Devices())
+		jsonout.Write(w, http.StatusOK, n.Devices())
 	})
 	owner("POST /nodes/devices", func(w http.ResponseWriter, r *http.Request) {
 		var req GrantRequest
@@ -91,7 +91,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			writeError(w, statusFor(err), err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, tok)
+		jsonout.Write(w, http.StatusCreated, tok)
 	})
 	owner("POST /nodes/devices/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var req GrantUpdate
@@ -104,13 +104,13 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			return
 		}
 		if tok.Token != "" {
-			writeJSON(w, http.StatusOK, tok)
+			jsonout.Write(w, http.StatusOK, tok)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /mesh/peers", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.Peers())
+		jsonout.Write(w, http.StatusOK, n.Peers())
 	})
 	local("POST /mesh/peers", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -135,7 +135,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusBadGateway, fmt.Errorf("no meshtray answered at %s: %w", req.URL, err))
 			return
 		}
-		writeJSON(w, http.StatusCreated, p)
+		jsonout.Write(w, http.StatusCreated, p)
 	})
 	local("DELETE /mesh/peers/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.RemoveManualPeer(r.PathValue("id")); err != nil {
@@ -204,36 +204,9 @@ func (n *Node) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// marshalJSON is json.Marshal without HTML escaping: the control API's
-// answers are read by the CLI, the UI and scripts, never embedded in HTML,
-// and \u0026 for & in a pairing URL only gets in the way. It ends with a
-// newline.
-func marshalJSON(v any) ([]byte, error) {
-	b, err := nodes.MarshalJSON(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshalJSON(v)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(b)
-}
-
+// writeError answers with status and {"error": err's text}.
 func writeError(w http.ResponseWriter, status int, err error) {
-	b, _ := marshalJSON(map[string]string{"error": err.Error()})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(b)
+	jsonout.WriteError(w, status, err.Error())
 }
 
 // readJSON decodes a bounded JSON body into v; on failure it answers 400

@@ -24,7 +24,7 @@ import (
 	"meshtray/app/cli"
 )
 
-// Delegating between two real meshtray nodes (issue 4 §4): two `meshtray
+// Delegating between two real meshtray nodes: two `meshtray
 // serve` processes on loopback, paired through the real pairing flow
 // (`pair --json` on B, `pair --join URL` on A, B's owner approves), then A's
 // CLI delegates to B and B's owner approves through B's API.

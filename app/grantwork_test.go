@@ -119,8 +119,8 @@ func grantApprovals(t *testing.T, n *apptest.Node, grantID string) []app.Approva
 	return out
 }
 
-// TestPauseAndRevokeEndLiveWork: issue 3 §3 "refused on every surface
-// immediately" bites on work already under way. A grant has four things in
+// TestPauseAndRevokeEndLiveWork: "Revoking bites at once" (README,
+// "Security model") on work already under way. A grant has four things in
 // flight: an approved delegation running `sleep 60`, a delegation waiting
 // for the owner, a capability call (POST /nodes/invoke) running `sleep 60`
 // and one waiting for the owner. Pausing or revoking the grant ends them

@@ -359,7 +359,7 @@ func (n *Node) goLoop(f func(ctx context.Context)) {
 func (n *Node) routes(mux *http.ServeMux) {
 	a := n.auth
 	mux.Handle("GET "+agent.CardPath, a.Public(n.agent.CardHandler()))
-	mux.Handle("POST /a2a/v1", n.agent.Gate(a.Require(pairing.ScopeAgent, n.agent)))
+	mux.Handle("POST "+agent.RPCPath, n.agent.Gate(a.Require(pairing.ScopeAgent, n.agent)))
 	mux.Handle("GET /nodes/manifest", a.LocalOr(pairing.ScopeNode, n.registry.ManifestHandler()))
 	mux.Handle("POST /nodes/invoke", a.LocalOr(pairing.ScopeNode, n.registry.InvokeHandler()))
 	mux.Handle("GET "+mesh.HelloPath, a.Public(n.disc.HelloHandler()))
@@ -478,7 +478,7 @@ func (n *Node) activeGrants() map[string]bool {
 }
 
 // endGrantWork ends everything grant id has under way, once it is no
-// longer active (issue 3 §3: a paused or revoked grant is refused on every
+// longer active (README, "Security model": a paused or revoked grant is refused on every
 // surface immediately, work already running included): its pending
 // approvals are withdrawn, its A2A tasks end canceled with a final event
 // on their streams (a2a Server.CancelOwner, which waits for the executors
@@ -555,17 +555,15 @@ func (w *grantWork) cancel(id string, cause error) int {
 // tasks with a final event, which a canceled request could not deliver.
 func (n *Node) trackGrantWork(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/a2a/v1" {
+		if r.URL.Path == agent.RPCPath {
 			h.ServeHTTP(w, r)
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
-			if id := pairing.TokenGrantID(strings.TrimSpace(auth[7:])); id != "" {
-				ctx, done := n.work.track(r.Context(), id)
-				defer done()
-				r = r.WithContext(ctx)
-			}
+		tok, _ := pairing.BearerToken(r)
+		if id := pairing.TokenGrantID(tok); id != "" {
+			ctx, done := n.work.track(r.Context(), id)
+			defer done()
+			r = r.WithContext(ctx)
 		}
 		h.ServeHTTP(w, r)
 	})

@@ -2,13 +2,13 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"time"
 
+	"meshtray/jsonout"
 	"meshtray/pairing"
 )
 
@@ -68,7 +68,7 @@ type JoinEvent struct {
 func (e JoinEvent) LogValue() slog.Value {
 	attrs := []slog.Attr{slog.Bool("sas_shown", e.SAS != ""), slog.Bool("done", e.Result != nil)}
 	if e.Peer != nil {
-		attrs = append(attrs, slog.String("peer", shortID(e.Peer.ID)))
+		attrs = append(attrs, slog.String("peer", pairing.ShortID(e.Peer.ID)))
 	}
 	if e.Error != "" {
 		attrs = append(attrs, slog.String("error", e.Error))
@@ -205,11 +205,11 @@ func (n *Node) pairRoutes(mux *http.ServeMux) {
 			writeError(w, pairing.HTTPStatus(err), err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, ps)
+		jsonout.Write(w, http.StatusCreated, ps)
 	})))
 	mux.Handle("POST /pair/join", n.auth.Owner(http.HandlerFunc(n.serveJoin)))
 	mux.Handle("GET /pair/bases", n.auth.Owner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, n.PairingBases())
+		jsonout.Write(w, http.StatusOK, n.PairingBases())
 	})))
 }
 
@@ -221,18 +221,8 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	fl, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	send := func(ev JoinEvent) {
-		enc.Encode(ev)
-		if fl != nil {
-			fl.Flush()
-		}
-	}
+	stream := jsonout.NewStream(w)
+	send := func(ev JoinEvent) { _ = stream.Send(ev) }
 	out, err := n.Join(r.Context(), req, func(sas string, peer pairing.PeerInfo) {
 		send(JoinEvent{SAS: sas, Peer: &peer})
 	})
@@ -241,13 +231,4 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	send(JoinEvent{Result: &out})
-}
-
-// shortID is the first 7 characters of a device ID string, as logs and
-// messages show it.
-func shortID(id string) string {
-	if len(id) > 7 {
-		return id[:7]
-	}
-	return id
 }

@@ -1,6 +1,7 @@
 package app_test
 
-// App-level pairing and attack tests (issue 3 §2, §3, §5) on real nodes:
+// App-level pairing and attack tests (remote listeners, the pairing flow, bad
+// input) on real nodes:
 // what the pairing package unit-tests, checked here through the wiring of
 // a running `meshtray serve` (routes, listeners, CLI, keychain, logs).
 

@@ -36,7 +36,7 @@ type phStoredGrant struct {
 	} `json:"issuer"`
 }
 
-// TestPhonePairsOverLAN is issue 3 §4 end to end, on the real path: the
+// TestPhonePairsOverLAN is the phone page end to end, on the real path: the
 // node serves HTTPS on its LAN address inside a "laptop" network
 // namespace; a headless Chromium emulating a phone runs in a "phone"
 // namespace joined to it by a veth pair, opens the QR URL, shows the SAS,

@@ -81,7 +81,7 @@ func deviceInfoMessage() *a2a.Message {
 	return a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})
 }
 
-// TestServeEndToEnd is issue 2's promise: start the node, switch A2A on,
+// TestServeEndToEnd is the headless node end to end: start the node, switch A2A on,
 // hand a token to an agent, and the official a2a-go client delegates
 // device.info, approved by the owner from the CLI, and gets the result; the
 // grant and the A2A setting survive a restart (real Secret Service).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
+	"meshtray/jsonout"
 	"meshtray/nodes"
 	"meshtray/pairing"
 )
@@ -120,10 +121,10 @@ func (n *Node) uiRoutes(mux *http.ServeMux) {
 		w.WriteHeader(http.StatusAccepted)
 	})
 	local("GET /ui/open", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, q.list(false))
+		jsonout.Write(w, http.StatusOK, q.list(false))
 	})
 	local("POST /ui/take", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, q.list(true))
+		jsonout.Write(w, http.StatusOK, q.list(true))
 	})
 	local("GET /ui/peers/{id}/manifest", func(w http.ResponseWriter, r *http.Request) {
 		m, err := n.PeerManifest(r.Context(), r.PathValue("id"))
@@ -135,7 +136,7 @@ func (n *Node) uiRoutes(mux *http.ServeMux) {
 			writeError(w, status, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, m)
+		jsonout.Write(w, http.StatusOK, m)
 	})
 }
 
@@ -148,7 +149,7 @@ func (n *Node) PeerManifest(ctx context.Context, peerID string) (nodes.Manifest,
 	var m nodes.Manifest
 	h, err := n.grants.Held(peerID)
 	if err != nil {
-		return m, fmt.Errorf("%w: %s gave this device no grant (pair with it first)", pairing.ErrNoHeld, shortID(peerID))
+		return m, fmt.Errorf("%w: %s gave this device no grant (pair with it first)", pairing.ErrNoHeld, pairing.ShortID(peerID))
 	}
 	rt, err := n.grants.PeerTransport(h.PeerID)
 	if err != nil {

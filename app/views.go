@@ -27,8 +27,8 @@ type Status struct {
 	PendingApprovals int              `json:"pending_approvals"`
 	OnlinePeers      int              `json:"online_peers"`
 	// OutboundWaiting counts the tasks this device delegated whose agent
-	// waits for the owner (A2A input-required or auth-required; issue 4
-	// §2): GET /a2a/outbound has their questions.
+	// waits for the owner (A2A input-required or auth-required, A2A 0.3.0
+	// §6.3): GET /a2a/outbound has their questions.
 	OutboundWaiting int `json:"outbound_waiting"`
 }
 

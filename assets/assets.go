@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Tray icons, 256x256 PNG: the three states of the tray (issue 6 §1).
+// Tray icons, 256x256 PNG: the three states of the tray (idle, A2A
+// published, an approval waiting).
 var (
 	//go:embed icons/normal.png
 	IconNormal []byte
@@ -23,7 +24,7 @@ var (
 //go:embed pair/index.html pair/pair.css pair/pair.js
 var pairFS embed.FS
 
-// Paths of the phone page (issue 3 §4). The page is PairPath; its script,
+// Paths of the phone pairing page. The page is PairPath; its script,
 // style sheet and icon are under PairAppPrefix, so app mounts two patterns:
 //
 //	mux.Handle("GET "+assets.PairPath, auth.Public(assets.PairPage()))

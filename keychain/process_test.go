@@ -21,8 +21,8 @@ import (
 )
 
 // TestCrossProcessWriters re-executes this test binary as several processes
-// that Set distinct keys into the same store at once (issue 3 §5: "two
-// processes writing the keychain index at once lose nothing"), then checks
+// that Set distinct keys into the same store at once (ARCHITECTURE.md, keychain: "two
+// processes writing at once lose nothing"), then checks
 // every key is indexed and readable. Without the lock file the index
 // read-modify-write races and keys go missing.
 func TestCrossProcessWriters(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// TestBenchDiscovery measures time-to-discover and time-to-leave (issue 5
-// §5). It is a benchmark printing figures, not a pass/fail timing test; it
+// TestBenchDiscovery measures time-to-discover and time-to-leave. It is
+// a benchmark printing figures, not a pass/fail timing test; it
 // runs only with MESHTRAY_BENCH=1:
 //
 //	MESHTRAY_BENCH=1 go test -run TestBenchDiscovery -v ./mesh

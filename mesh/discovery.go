@@ -552,11 +552,3 @@ func (d *Discovery) recheck() {
 func jitter(d time.Duration) time.Duration {
 	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
 }
-
-// short is a device ID's first 7 characters, for logs.
-func short(id string) string {
-	if len(id) > 7 {
-		return id[:7]
-	}
-	return id
-}

@@ -1,5 +1,5 @@
 // Package mesh finds this person's other devices and keeps them in one
-// table (DESIGN.md "Discovery", issue 5).
+// table (DESIGN.md "Discovery").
 //
 // Sources:
 //

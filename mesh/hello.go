@@ -1,13 +1,13 @@
 package mesh
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"unicode"
 	"unicode/utf8"
 
+	"meshtray/jsonout"
 	"meshtray/pairing"
 )
 
@@ -63,9 +63,7 @@ func HelloHandler(self func() Hello) http.Handler {
 		if h.V == 0 {
 			h.V = ProtocolVersion
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(h)
+		jsonout.Write(w, http.StatusOK, h)
 	})
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/grandcat/zeroconf"
+
+	"meshtray/pairing"
 )
 
 // mDNS with grandcat/zeroconf v1.0.0, around its known traps
@@ -121,7 +123,7 @@ func instanceName(h Hello) string {
 			b.WriteByte('-')
 		}
 	}
-	return truncUTF8(b.String(), 40) + " " + short(h.ID)
+	return truncUTF8(b.String(), 40) + " " + pairing.ShortID(h.ID)
 }
 
 // mdnsLoop keeps the advertisement and the browse in the wanted state: both
@@ -180,7 +182,7 @@ func (d *Discovery) mdnsLoop(ctx context.Context) {
 					srv = nil
 				}
 				s, err := zeroconf.RegisterProxy(instanceName(self), ServiceType, "local.", d.opts.Port,
-					"mt-"+strings.ToLower(short(self.ID)), addrStrings(lanAddrs), txt, ifaces)
+					"mt-"+strings.ToLower(pairing.ShortID(self.ID)), addrStrings(lanAddrs), txt, ifaces)
 				if err != nil {
 					fail("register", err)
 				} else {
@@ -321,18 +323,18 @@ func (d *Discovery) onEntry(e *zeroconf.ServiceEntry) {
 	d.probeAsync("mdns|"+txt.id+"|"+strings.Join(addrs, ","), func(ctx context.Context) {
 		h, _, err := d.probeAddrs(ctx, addrs, txt.fp, false)
 		if err != nil {
-			d.log.Debug("mDNS peer hello", "peer", short(txt.id), "err", err)
+			d.log.Debug("mDNS peer hello", "peer", pairing.ShortID(txt.id), "err", err)
 			return
 		}
 		if h.ID != txt.id {
-			d.log.Debug("mDNS peer id differs from its hello", "peer", short(txt.id))
+			d.log.Debug("mDNS peer id differs from its hello", "peer", pairing.ShortID(txt.id))
 			return
 		}
 		if !d.LAN() {
 			return // switched off while probing
 		}
 		if err := d.table.upsert(h, SourceMDNS, addrs, expiry, ""); err != nil {
-			d.log.Debug("mDNS peer", "peer", short(h.ID), "err", err)
+			d.log.Debug("mDNS peer", "peer", pairing.ShortID(h.ID), "err", err)
 		}
 	})
 }

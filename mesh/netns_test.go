@@ -22,7 +22,7 @@ import (
 	"tailscale.com/net/netns"
 )
 
-// Real multicast between network namespaces (issue 5 §4): each node runs as
+// Real multicast between network namespaces (DESIGN.md "Testing on real parts"): each node runs as
 // a child process in its own namespace, joined by veth to a bridge in a
 // namespace of its own, all made and removed by the test. Every packet
 // stays inside those namespaces; the host's interfaces are never used.

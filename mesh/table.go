@@ -50,7 +50,7 @@ type row struct {
 }
 
 // Table is the merged peer table: one row per device ID, with each source's
-// addresses and liveness (issue 5 §3). Rows come only from verified hellos
+// addresses and liveness (DESIGN.md "Discovery"). Rows come only from verified hellos
 // (the hello's fp is the presented certificate's, its id the device ID of
 // that fp), so a row's ID and FP never change. Safe for concurrent use.
 type Table struct {

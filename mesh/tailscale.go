@@ -459,7 +459,7 @@ func (d *Discovery) probeTailnetPeer(ctx context.Context, key string, addrs []st
 	p.id = h.ID
 	d.mu.Unlock()
 	if err := d.table.upsert(h, SourceTailscale, addrs, 0, node); err != nil {
-		d.log.Debug("tailnet peer", "peer", short(h.ID), "err", err)
+		d.log.Debug("tailnet peer", "peer", pairing.ShortID(h.ID), "err", err)
 	}
 }
 
@@ -529,7 +529,7 @@ func identityChanged(err error) bool {
 // then the sighting goes (that device is a new row, to be paired anew) and
 // a tailnet peer is probed afresh.
 func (d *Discovery) lost(id string, src Source, err error) {
-	d.log.Debug("peer not answering", "peer", short(id), "source", src, "err", err)
+	d.log.Debug("peer not answering", "peer", pairing.ShortID(id), "source", src, "err", err)
 	switch {
 	case src == SourceMDNS:
 		d.table.drop(id, src)

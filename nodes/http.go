@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 
+	"meshtray/jsonout"
 	"meshtray/pairing"
 )
 
@@ -36,10 +37,10 @@ func (r *Registry) ManifestHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, ErrorResponse{Error: "method not allowed"})
+			jsonout.Write(w, http.StatusMethodNotAllowed, ErrorResponse{Error: "method not allowed"})
 			return
 		}
-		writeJSON(w, http.StatusOK, r.Manifest())
+		jsonout.Write(w, http.StatusOK, r.Manifest())
 	})
 }
 
@@ -67,17 +68,17 @@ func (r *Registry) InvokeHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
-			writeError(w, http.StatusMethodNotAllowed, ErrorResponse{Error: "method not allowed"})
+			jsonout.Write(w, http.StatusMethodNotAllowed, ErrorResponse{Error: "method not allowed"})
 			return
 		}
 		caller, ok := pairing.PrincipalFrom(req.Context())
 		if !ok || caller == nil {
-			writeError(w, http.StatusUnauthorized, ErrorResponse{Error: "unauthenticated"})
+			jsonout.Write(w, http.StatusUnauthorized, ErrorResponse{Error: "unauthenticated"})
 			return
 		}
 		if ct := req.Header.Get("Content-Type"); ct != "" {
 			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-				writeError(w, http.StatusUnsupportedMediaType, ErrorResponse{Error: "Content-Type must be application/json"})
+				jsonout.Write(w, http.StatusUnsupportedMediaType, ErrorResponse{Error: "Content-Type must be application/json"})
 				return
 			}
 		}
@@ -86,29 +87,29 @@ func (r *Registry) InvokeHandler() http.Handler {
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				writeError(w, http.StatusRequestEntityTooLarge, ErrorResponse{Error: "request body too large"})
+				jsonout.Write(w, http.StatusRequestEntityTooLarge, ErrorResponse{Error: "request body too large"})
 				return
 			}
-			writeError(w, http.StatusBadRequest, ErrorResponse{Error: "cannot read request body"})
+			jsonout.Write(w, http.StatusBadRequest, ErrorResponse{Error: "cannot read request body"})
 			return
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil || dec.More() {
-			writeError(w, http.StatusBadRequest, ErrorResponse{Error: "body must be one JSON object {\"capability\": ..., \"params\": {...}}"})
+			jsonout.Write(w, http.StatusBadRequest, ErrorResponse{Error: "body must be one JSON object {\"capability\": ..., \"params\": {...}}"})
 			return
 		}
 		if in.Capability == "" {
-			writeError(w, http.StatusBadRequest, ErrorResponse{Error: "capability is required", Missing: []string{"capability"}})
+			jsonout.Write(w, http.StatusBadRequest, ErrorResponse{Error: "capability is required", Missing: []string{"capability"}})
 			return
 		}
 		res, err := r.Invoke(req.Context(), Call{Capability: in.Capability, Params: in.Params, Caller: caller})
 		if err != nil {
 			status, e := errorResponse(err)
-			writeError(w, status, e)
+			jsonout.Write(w, status, e)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		jsonout.Write(w, http.StatusOK, res)
 	})
 }
 
@@ -130,19 +131,4 @@ func errorResponse(err error) (int, ErrorResponse) {
 		return http.StatusServiceUnavailable, ErrorResponse{Error: "call cancelled"}
 	}
 	return http.StatusInternalServerError, ErrorResponse{Error: err.Error()}
-}
-
-func writeError(w http.ResponseWriter, status int, e ErrorResponse) {
-	writeJSON(w, status, e)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // JSON for programs and terminals, never inside HTML
-	_ = enc.Encode(v)
 }

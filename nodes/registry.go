@@ -9,16 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/shirou/gopsutil/v3/host"
 
+	"meshtray/jsonout"
 	"meshtray/pairing"
+	"meshtray/textsafe"
 )
 
 // Built-in capability names.
@@ -385,9 +385,8 @@ const MaxSummaryRunes = 200
 // Summarize is the one line shown to the owner for a call:
 // `system.run {"argv":["uname","-a"]}`, or just the name when there are no
 // params. Params are compacted (their JSON escapes kept as sent) and the
-// whole line, name included, goes through EscapeInvisible, then is cut to
-// MaxSummaryRunes with "…": the owner sees what will run, not what it was
-// made to look like. The same call always gives the same line, so an
+// whole line, name included, goes through BoundSummary: the owner sees
+// what will run, not what it was made to look like. The same call always gives the same line, so an
 // executor may compare it with the line the owner approved.
 func Summarize(name string, params json.RawMessage) string {
 	s := name
@@ -395,67 +394,20 @@ func Summarize(name string, params json.RawMessage) string {
 	if err := json.Compact(&b, params); err == nil && b.Len() > 0 && b.String() != "{}" && b.String() != "null" {
 		s += " " + b.String()
 	}
-	s = EscapeInvisible(s)
+	return BoundSummary(s)
+}
+
+// BoundSummary is the form of a summary the owner is shown: one line
+// (textsafe.EscapeInvisible) of at most MaxSummaryRunes runes, cut with
+// "…". It is idempotent, so a summary already bounded (Summarize's) is
+// unchanged and an executor can compare it with the one approved.
+func BoundSummary(s string) string {
+	s = textsafe.EscapeInvisible(s)
 	if utf8.RuneCountInString(s) > MaxSummaryRunes {
 		rs := []rune(s)
 		s = string(rs[:MaxSummaryRunes-1]) + "…"
 	}
 	return s
-}
-
-// EscapeInvisible returns s with every rune that is not printable
-// (unicode.IsPrint: control characters, \n, \r and \t included, format
-// characters such as the bidirectional overrides U+202E and U+2066..U+2069,
-// zero-width and line separators, spaces other than U+0020) written as a
-// \uXXXX (or \UXXXXXXXX) escape, so the text is one line that shows what
-// it holds (Unicode TR#36 §2.2, Trojan Source CVE-2021-42574). Printable
-// text, backslashes included, is unchanged, so escaping twice changes
-// nothing more. Invalid UTF-8 bytes become U+FFFD.
-func EscapeInvisible(s string) string { return escapeInvisible(s, false) }
-
-// EscapeInvisibleText is EscapeInvisible for text shown on several lines:
-// line breaks (\n) and tabs stay as they are.
-func EscapeInvisibleText(s string) string { return escapeInvisible(s, true) }
-
-func escapeInvisible(s string, multiline bool) string {
-	visible := func(r rune) bool { return unicode.IsPrint(r) || (multiline && (r == '\n' || r == '\t')) }
-	clean := utf8.ValidString(s)
-	for _, r := range s {
-		if !clean || !visible(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for _, r := range s {
-		switch {
-		case visible(r):
-			b.WriteRune(r)
-		case r > 0xFFFF:
-			fmt.Fprintf(&b, "\\U%08X", r)
-		default:
-			fmt.Fprintf(&b, "\\u%04X", r)
-		}
-	}
-	return b.String()
-}
-
-// MarshalJSON is json.Marshal without HTML escaping and without the
-// trailing newline of json.Encoder: none of meshtray's JSON is embedded in
-// HTML, and people, agents and scripts read it as written ("<b>" and "&"
-// stay, not \u003cb\u003e and \u0026).
-func MarshalJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func callerName(p *pairing.Principal) string {
@@ -477,7 +429,7 @@ func (r *Registry) Names() []string {
 // marshalResult encodes v as a Result's data, without HTML escapes (a
 // clipboard's "<b>" stays "<b>", not "\u003cb\u003e").
 func marshalResult(v any, summary string) (Result, error) {
-	data, err := MarshalJSON(v)
+	data, err := jsonout.Marshal(v)
 	if err != nil {
 		return Result{}, err
 	}

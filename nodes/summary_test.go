@@ -11,40 +11,6 @@ import (
 	"meshtray/pairing"
 )
 
-func TestEscapeInvisible(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ in, want string }{
-		{"", ""},
-		{"device.info", "device.info"},
-		{`C:\path "quoted" é 日本`, `C:\path "quoted" é 日本`},
-		{"two\nlines", `two\u000Alines`},
-		{"cr\rhere", `cr\u000Dhere`},
-		{"tab\there", `tab\u0009here`},
-		{"esc\x1b[31mred", `esc\u001B[31mred`},
-		{"del\x7f", `del\u007F`},
-		{"c1\u0085next", `c1\u0085next`},
-		{"rlo\u202egpj.exe", `rlo\u202Egpj.exe`},
-		{"isolates\u2066x\u2069", `isolates\u2066x\u2069`},
-		{"zero\u200bwidth\ufeff", `zero\u200Bwidth\uFEFF`},
-		{"line\u2028sep", `line\u2028sep`},
-		{"nbsp\u00a0", `nbsp\u00A0`},
-		{"tag\U000E0041", `tag\U000E0041`},
-		{"bad\xffutf8", "bad\ufffdutf8"},
-	}
-	for _, tt := range tests {
-		got := EscapeInvisible(tt.in)
-		if got != tt.want {
-			t.Errorf("EscapeInvisible(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-		if again := EscapeInvisible(got); again != got {
-			t.Errorf("escaping %q twice gave %q", got, again)
-		}
-		if strings.ContainsAny(got, "\n\r") {
-			t.Errorf("EscapeInvisible(%q) is not one line", tt.in)
-		}
-	}
-}
-
 func TestSummarizeEscapesTheName(t *testing.T) {
 	t.Parallel()
 	// A capability name comes from the caller (a data part) before it is

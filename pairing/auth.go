@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"meshtray/jsonout"
 )
 
 // Realm is the realm of every Bearer challenge meshtray sends.
@@ -146,7 +147,7 @@ const OwnerOnlyMessage = "only this device's owner may do this: approvals, grant
 // token) and reports whether it answered the request: served, or refused
 // for a wrong control token. It answers nothing for a grant token or none.
 func (a *Auth) serveOwner(w http.ResponseWriter, r *http.Request, l Listener, remote netip.AddrPort, h http.Handler) bool {
-	tok, _ := bearer(r)
+	tok, _ := BearerToken(r)
 	if l != ListenerLoopback || tok == "" || ValidToken(tok) {
 		return false
 	}
@@ -204,7 +205,7 @@ func (a *Auth) guard(w http.ResponseWriter, r *http.Request) (Listener, netip.Ad
 
 // grant authenticates the bearer grant and checks scope ("" = any).
 func (a *Auth) grant(w http.ResponseWriter, r *http.Request, l Listener, remote netip.AddrPort, scope Scope) (*Principal, bool) {
-	tok, present := bearer(r)
+	tok, present := BearerToken(r)
 	if !present {
 		a.refuse(w, r, http.StatusUnauthorized, "", "", "missing bearer token", "reason", "no token")
 		return nil, false
@@ -264,7 +265,7 @@ func (a *Auth) refuse(w http.ResponseWriter, r *http.Request, status int, errCod
 		w.Header().Set("WWW-Authenticate", `Bearer realm="`+Realm+`", error="insufficient_scope", scope="`+extra+`"`)
 	}
 	level, dropped := slog.LevelDebug, 0
-	if _, sent := bearer(r); sent {
+	if _, sent := BearerToken(r); sent {
 		level, dropped = a.refusalLevel(time.Now())
 	}
 	rec := append([]slog.Attr{
@@ -277,7 +278,7 @@ func (a *Auth) refuse(w http.ResponseWriter, r *http.Request, status int, errCod
 		rec = append(rec, slog.Int("earlier_refusals_not_logged", dropped))
 	}
 	a.logger().LogAttrs(r.Context(), level, "request refused", rec...)
-	writeError(w, status, msg)
+	jsonout.WriteError(w, status, msg)
 }
 
 // refusalLevel is the level of the next record of a refused request that
@@ -307,9 +308,12 @@ func attrsOf(kv []any) []slog.Attr {
 	return out
 }
 
-// bearer returns the token of an `Authorization: Bearer <token>` header
-// (scheme case-insensitive, RFC 7235 §2.1) and whether one was present.
-func bearer(r *http.Request) (string, bool) {
+// BearerToken returns the token of r's `Authorization: Bearer <token>`
+// header (RFC 6750 §2.1; the scheme is case-insensitive, RFC 9110 §11.1)
+// and whether an Authorization header was present at all. A header longer
+// than 512 bytes or of another scheme gives "" and true: it is looked at no
+// further. Every handler that reads a bearer token reads it here.
+func BearerToken(r *http.Request) (token string, present bool) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return "", false
@@ -341,24 +345,6 @@ func allowedLoopbackHost(host string) bool {
 		return true
 	}
 	return false
-}
-
-// writeError writes {"error": msg} with status.
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
-
-// writeJSON writes v as JSON with status, as written (no HTML escaping:
-// the answer is JSON, never HTML); responses are never cached (they may
-// carry a token once).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
 }
 
 // HTTPStatus maps this package's errors to HTTP statuses, for handlers at

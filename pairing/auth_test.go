@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"meshtray/jsonout"
 	"meshtray/keychain"
 )
 
@@ -34,14 +35,14 @@ func taggedServer(t *testing.T, l Listener, h http.Handler) *httptest.Server {
 var whoAmI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	p, ok := PrincipalFrom(r.Context())
 	if !ok {
-		writeJSON(w, 200, map[string]any{"principal": false})
+		jsonout.Write(w, 200, map[string]any{"principal": false})
 		return
 	}
 	out := map[string]any{"principal": true, "local": p.Local, "grant": p.Grant.ID, "listener": p.Listener, "remote_loopback": p.RemoteAddr.Addr().IsLoopback()}
 	if p.Tailnet != nil {
 		out["tailnet_user"] = p.Tailnet.User
 	}
-	writeJSON(w, 200, out)
+	jsonout.Write(w, 200, out)
 })
 
 type authFixture struct {
@@ -472,5 +473,37 @@ func TestRefusalsLogged(t *testing.T) {
 	do(t, srv.URL, call{path: "/a2a/v1", token: f.revokedTok})
 	if !strings.Contains(buf.String(), "earlier_refusals_not_logged=3") {
 		t.Fatalf("no count of the refusals left at debug:\n%s", buf.String())
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	t.Parallel()
+	tok := "mt1_0123456789abcdef_" + strings.Repeat("A", 43)
+	for _, tt := range []struct {
+		name, header  string
+		want          string
+		wantPresent   bool
+		noHeaderAtAll bool
+	}{
+		{name: "none", noHeaderAtAll: true},
+		{name: "bearer", header: "Bearer " + tok, want: tok, wantPresent: true},
+		{name: "scheme any case", header: "bEARER " + tok, want: tok, wantPresent: true},
+		{name: "spaces around the token", header: "Bearer   " + tok + "  ", want: tok, wantPresent: true},
+		{name: "other scheme", header: "Basic dXNlcjpwYXNz", wantPresent: true},
+		{name: "no token", header: "Bearer", wantPresent: true},
+		{name: "512 bytes", header: "Bearer " + tok + strings.Repeat(" ", 512-7-len(tok)), want: tok, wantPresent: true},
+		{name: "over 512 bytes", header: "Bearer " + tok + strings.Repeat(" ", 513-7-len(tok)), wantPresent: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			if !tt.noHeaderAtAll {
+				r.Header.Set("Authorization", tt.header)
+			}
+			got, present := BearerToken(r)
+			if got != tt.want || present != tt.wantPresent {
+				t.Fatalf("BearerToken(%q) = %q, %v; want %q, %v", tt.header, got, present, tt.want, tt.wantPresent)
+			}
+		})
 	}
 }

@@ -72,8 +72,18 @@ func (id DeviceID) String() string {
 }
 
 // Short returns the first 7 characters of the string form, the handle shown
-// in logs and lists (like Syncthing's short ID).
-func (id DeviceID) Short() string { return id.String()[:7] }
+// in logs and lists (like Syncthing's short ID, lib/protocol/deviceid.go).
+func (id DeviceID) Short() string { return ShortID(id.String()) }
+
+// ShortID is Short for a device ID held as a string (a peer table row, a
+// grant's PeerID, a request's device_id), parsed or not: its first 7
+// characters, or all of it when shorter.
+func ShortID(id string) string {
+	if len(id) > 7 {
+		return id[:7]
+	}
+	return id
+}
 
 // LogValue implements slog.LogValuer: the short form.
 func (id DeviceID) LogValue() slog.Value { return slog.StringValue(id.Short()) }

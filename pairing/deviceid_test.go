@@ -95,8 +95,8 @@ func TestDeviceIDRoundTrip(t *testing.T) {
 				t.Fatalf("ParseDeviceID(%q) = %v, %v; want %x", form, got, err, id)
 			}
 		}
-		if id.Short() != s[:7] {
-			t.Fatalf("Short() = %q", id.Short())
+		if id.Short() != s[:7] || ShortID(s) != id.Short() {
+			t.Fatalf("Short() = %q, ShortID = %q", id.Short(), ShortID(s))
 		}
 		back, err := DeviceIDFromFingerprint(id.Fingerprint())
 		if err != nil || back != id {
@@ -179,4 +179,19 @@ func FuzzParseDeviceID(f *testing.F) {
 			t.Fatalf("%q accepted as %s", s, str)
 		}
 	})
+}
+
+func TestShortID(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"", ""},
+		{"ABC", "ABC"},
+		{"ABCDEFG", "ABCDEFG"},
+		{"ABCDEFG-HIJKLMN", "ABCDEFG"},
+		{"not-a-device-id", "not-a-d"},
+	} {
+		if got := ShortID(tt.in); got != tt.want {
+			t.Errorf("ShortID(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
 }

@@ -3,7 +3,7 @@
 // SHA-256 is the DeviceID and the pinned fingerprint), the grants this
 // device issued (token hashes) and holds (raw tokens, pinned), the HTTP auth
 // middleware every surface sits behind, and the pairing flow that mints
-// grants (DESIGN.md, "Pairing and grants"; issue 3).
+// grants (DESIGN.md, "Pairing and grants").
 //
 // # Wire protocol of the pairing flow
 //

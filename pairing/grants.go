@@ -69,7 +69,7 @@ type Held struct {
 // LogValue implements slog.LogValuer without the token.
 func (h Held) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.String("peer", shortID(h.PeerID)),
+		slog.String("peer", ShortID(h.PeerID)),
 		slog.String("grant_id", h.GrantID),
 		slog.String("name", h.Name),
 		slog.String("scopes", h.Scopes.String()),
@@ -80,19 +80,11 @@ func (h Held) LogValue() slog.Value {
 func (g Grant) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("id", g.ID),
-		slog.String("peer", shortID(g.PeerID)),
+		slog.String("peer", ShortID(g.PeerID)),
 		slog.String("name", g.Name),
 		slog.String("scopes", g.Scopes.String()),
 		slog.String("status", string(g.Status)),
 	)
-}
-
-// shortID returns the 7-character short form of a device ID string.
-func shortID(id string) string {
-	if len(id) >= 7 {
-		return id[:7]
-	}
-	return id
 }
 
 // grantRecord is the keychain item grant/<id>.

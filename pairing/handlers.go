@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"meshtray/egress"
+	"meshtray/jsonout"
 )
 
 // Body limits of the pairing endpoints, in bytes (http.MaxBytesReader).
@@ -48,7 +49,7 @@ func (p *Pairer) Mount(mux *http.ServeMux, auth *Auth) {
 // has an address and a code but no fingerprint, and for the phone page.
 func (p *Pairer) IssuerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, p.Issuer())
+		jsonout.Write(w, http.StatusOK, p.Issuer())
 	})
 }
 
@@ -76,7 +77,7 @@ func (p *Pairer) ClaimHandler() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp)
+		jsonout.Write(w, http.StatusOK, resp)
 	})
 }
 
@@ -125,12 +126,12 @@ func (p *Pairer) StatusHandler() http.Handler {
 		if id == "" {
 			id = r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
 		}
-		tok, _ := bearer(r)
+		tok, _ := BearerToken(r)
 		resp, err := p.Status(r.Context(), id, tok)
 		if err == nil && resp.Token != "" {
 			// Status handed the token over: write it whatever the context
 			// says now; it is not kept anywhere else.
-			writeJSON(w, http.StatusOK, resp)
+			jsonout.Write(w, http.StatusOK, resp)
 			return
 		}
 		if r.Context().Err() != nil {
@@ -143,7 +144,7 @@ func (p *Pairer) StatusHandler() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp)
+		jsonout.Write(w, http.StatusOK, resp)
 	})
 }
 
@@ -162,10 +163,10 @@ func (p *Pairer) WhoAmIHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pr, ok := PrincipalFrom(r.Context())
 		if !ok || pr.Local {
-			writeError(w, http.StatusUnauthorized, "a grant token is required")
+			jsonout.WriteError(w, http.StatusUnauthorized, "a grant token is required")
 			return
 		}
-		writeJSON(w, http.StatusOK, WhoAmI{GrantID: pr.Grant.ID, Scopes: pr.Grant.Scopes, Status: pr.Grant.Status, Policy: pr.Grant.Policy, Issuer: p.Issuer()})
+		jsonout.Write(w, http.StatusOK, WhoAmI{GrantID: pr.Grant.ID, Scopes: pr.Grant.Scopes, Status: pr.Grant.Status, Policy: pr.Grant.Policy, Issuer: p.Issuer()})
 	})
 }
 
@@ -200,11 +201,11 @@ func (p *Pairer) ReciprocateHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pr, ok := PrincipalFrom(r.Context())
 		if !ok || pr.Local {
-			writeError(w, http.StatusUnauthorized, "a grant token is required")
+			jsonout.WriteError(w, http.StatusUnauthorized, "a grant token is required")
 			return
 		}
 		if pr.Grant.PeerID == "" {
-			writeError(w, http.StatusForbidden, "this grant is not bound to a device ID; only a paired meshtray can reciprocate")
+			jsonout.WriteError(w, http.StatusForbidden, "this grant is not bound to a device ID; only a paired meshtray can reciprocate")
 			return
 		}
 		var o Offer
@@ -219,7 +220,7 @@ func (p *Pairer) ReciprocateHandler() http.Handler {
 		}
 		if id.String() != pr.Grant.PeerID {
 			p.log.Warn("reciprocation from a device whose identity changed", "grant", pr.Grant, "offered", id)
-			writeErr(w, fmt.Errorf("%w: grant %s was issued to device %s, the offer is from %s", ErrIdentityChanged, pr.Grant.ID, shortID(pr.Grant.PeerID), id.Short()))
+			writeErr(w, fmt.Errorf("%w: grant %s was issued to device %s, the offer is from %s", ErrIdentityChanged, pr.Grant.ID, ShortID(pr.Grant.PeerID), id.Short()))
 			return
 		}
 		if o.URL != "" {
@@ -253,7 +254,7 @@ func (p *Pairer) ReciprocateHandler() http.Handler {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"peer_id": id.String()})
+		jsonout.Write(w, http.StatusOK, map[string]string{"peer_id": id.String()})
 	})
 }
 
@@ -286,7 +287,7 @@ func (p *Pairer) RevokedHandler() http.Handler {
 		if h, err := p.o.Grants.Held(n.IssuerID); err == nil && h.GrantID == n.GrantID {
 			p.recheck(h)
 		}
-		writeJSON(w, http.StatusAccepted, map[string]string{})
+		jsonout.Write(w, http.StatusAccepted, map[string]string{})
 	})
 }
 
@@ -294,7 +295,7 @@ func (p *Pairer) RevokedHandler() http.Handler {
 func writeErr(w http.ResponseWriter, err error) {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
+		jsonout.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
 		return
 	}
 	status := HTTPStatus(err)
@@ -305,7 +306,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	if status == http.StatusInternalServerError {
 		msg = "internal error"
 	}
-	writeError(w, status, strings.TrimPrefix(msg, "pairing: "))
+	jsonout.WriteError(w, status, strings.TrimPrefix(msg, "pairing: "))
 }
 
 // remoteAddr is the TCP peer of r.

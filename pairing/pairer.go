@@ -21,14 +21,14 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Pairing flow limits (issue 3 §3, §5).
+// Pairing flow limits (README, "Security model": pairing codes).
 const (
 	DefaultCodeTTL    = 10 * time.Minute // a code is valid this long after Start
 	DefaultRequestTTL = 5 * time.Minute  // a claim waits this long for the owner, and an approved token this long for collection
 	DefaultMaxWait    = 30 * time.Second // longest GET /pair/status wait
 	// DefaultCallTimeout bounds a call to a paired peer (PairerOptions.CallTimeout).
 	DefaultCallTimeout = 15 * time.Second
-	// MaxWrongAttempts wrong codes kill a live code (issue 3 §3): a code
+	// MaxWrongAttempts wrong codes kill a live code: a code
 	// can be guessed at most 5 times, each a 1 in 30^8 (2^39) chance.
 	// Every wrong claim is a guess at every live code, so it counts
 	// against each.
@@ -219,7 +219,7 @@ func (c ClaimRequest) verifyProof(issuerFP string) error {
 
 // LogValue implements slog.LogValuer without code, nonce and signature.
 func (c ClaimRequest) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("name", cleanText(c.Name, MaxNameLen)), slog.String("device", shortID(c.DeviceID)))
+	return slog.GroupValue(slog.String("name", cleanText(c.Name, MaxNameLen)), slog.String("device", ShortID(c.DeviceID)))
 }
 
 // PeerInfo names a device in pairing answers.
@@ -304,7 +304,7 @@ func (r Request) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("id", r.ID),
 		slog.String("name", r.Name),
-		slog.String("device", shortID(r.DeviceID)),
+		slog.String("device", ShortID(r.DeviceID)),
 		slog.String("source", r.Source.String()),
 	)
 }
@@ -346,7 +346,8 @@ type session struct {
 // barred reports whether source key k may no longer claim s.
 func (s *session) barred(k netip.Prefix) bool { return s.bySource[k] >= MaxWrongPerSource }
 
-// Pairer runs the pairing flow on the granting device (issue 3 §3): codes
+// Pairer runs the pairing flow on the granting device (doc.go, "Wire
+// protocol of the pairing flow"): codes
 // the owner starts, claims posted with a code, the SAS, the long-poll
 // status, the owner's decision, and the grant token handed over once. It
 // also answers the calls paired meshtrays make to each other
@@ -752,7 +753,7 @@ func (p *Pairer) replaceOlder(device, keep string) {
 		return
 	}
 	if _, err := p.o.Grants.RevokeOlder(device, keep); err != nil {
-		p.log.Warn("cannot revoke the grants a re-paired device had", "device", shortID(device), "err", err)
+		p.log.Warn("cannot revoke the grants a re-paired device had", "device", ShortID(device), "err", err)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 	"meshtray/app/apptest"
 )
 
-// TestBenchTray is the tray's benchmark (issue 6 §5), run by
+// TestBenchTray is the tray's benchmark, run by
 // .ci/bench-tray.sh (make bench):
 //
 //	MESHTRAY_BENCH=1 go test -count=1 -run '^TestBenchTray$' -v ./tray

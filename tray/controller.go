@@ -228,7 +228,7 @@ func (c *controller) refresh(ctx context.Context) {
 }
 
 // announceQuestions sends one notification per question a delegated task
-// asks (issue 4 §2): a task is announced again only when it asks
+// asks: a task is announced again only when it asks
 // something new.
 func (c *controller) announceQuestions(ctx context.Context, waiting []delegate.OutboundTask) {
 	if c.asked == nil {

@@ -299,7 +299,7 @@ func TestApprovalNotice(t *testing.T) {
 }
 
 // TestControllerQuestions: a delegated task whose agent asks for input
-// (issue 4 §2) shows in the status line and the icon, is announced once
+// (input-required, A2A 0.3.0 §6.3) shows in the status line and the icon, is announced once
 // per question with the question, and the menu opens the questions
 // window; answered, it leaves the menu.
 func TestControllerQuestions(t *testing.T) {

@@ -5,7 +5,7 @@
 // CLI does, so every view shows what `meshtray status` shows.
 //
 // Two processes (DESIGN.md, "Why the tray and the windows are two
-// processes"; issue 6):
+// processes"):
 //
 //   - Run is `meshtray` without a subcommand: the node and a
 //     fyne.io/systray menu in one process. It idles at ~0 % CPU: it wakes

@@ -9,7 +9,7 @@ import (
 	"github.com/gofrs/flock"
 )
 
-// One tray per user (issue 6 §1): the tray mode takes an exclusive lock in
+// One tray per user: the tray mode takes an exclusive lock in
 // the user's runtime directory, whatever its state dir, so a second
 // `meshtray` with another --state-dir does not put a second icon and a
 // second node in the same session. `meshtray serve` does not take it: any

@@ -7,6 +7,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/mesh"
+	"meshtray/pairing"
 )
 
 // action is what a menu click asks for.
@@ -33,7 +34,8 @@ const (
 	actQuit
 )
 
-// iconState is one of the three tray icons (issue 6 §1).
+// iconState is one of the three tray icons (assets.IconNormal,
+// IconPublished, IconApproval).
 type iconState int
 
 const (
@@ -154,7 +156,7 @@ func buildMenu(s snapshot) menuModel {
 func peerLabel(p mesh.Peer) string {
 	name := p.Name
 	if name == "" {
-		name = shortID(p.ID)
+		name = pairing.ShortID(p.ID)
 	}
 	var src []string
 	for _, s := range p.Sources {
@@ -183,13 +185,6 @@ func sourceName(s mesh.Source) string {
 		return "added by hand"
 	}
 	return string(s)
-}
-
-func shortID(id string) string {
-	if len(id) > 7 {
-		return id[:7]
-	}
-	return id
 }
 
 // Menu labels. Tests find items by these (the menu is renumbered on every
@@ -225,7 +220,7 @@ type menuItem struct {
 	Sub       []menuItem
 }
 
-// items lays the model out in menu order (issue 6 §1).
+// items lays the model out in menu order.
 func (m menuModel) items() []menuItem {
 	peers := []menuItem{}
 	for _, p := range m.Peers {

@@ -15,7 +15,7 @@ import (
 	"meshtray/app"
 )
 
-// TestQuestionsWindowAnswers is issue 4 §2 in the tray: a task this device
+// TestQuestionsWindowAnswers is an agent's question in the tray: a task this device
 // delegated to another meshtray (a real headless node on loopback, added
 // as an agent by URL with a grant it issued) goes input-required; the tray
 // says so in its status line, notifies once with the question, and its

@@ -24,7 +24,7 @@ import (
 // and com.canonical.dbusmenu protocol, as a desktop panel does: a private
 // bus under Xvfb, a test-side StatusNotifierWatcher, the tray process
 // (node included) registering with it, its menu read with GetLayout and
-// clicked with Event "clicked" (issue 6 §5).
+// clicked with Event "clicked" (the com.canonical.dbusmenu interface).
 func TestTrayMenuOverDBus(t *testing.T) {
 	d := startDesktop(t, true)
 	notes := d.startNotifications(t)
@@ -205,7 +205,7 @@ func TestSecondTraySaysRunning(t *testing.T) {
 	}
 }
 
-// TestOneTrayPerUser: "one instance per user" (issue 6 §1): a second tray
+// TestOneTrayPerUser: "one instance per user": a second tray
 // of the same user is refused on any state dir, naming the running one;
 // another user's tray runs side by side.
 func TestOneTrayPerUser(t *testing.T) {

@@ -679,7 +679,7 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 			}
 		})
 	})
-	uw.w = u.newWindow("meshtray — "+shortID(id), v.root)
+	uw.w = u.newWindow("meshtray — "+pairing.ShortID(id), v.root)
 	uw.w.Resize(fyne.NewSize(580, 560))
 	var manifest *nodes.Manifest
 	var merr string
@@ -692,7 +692,7 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 			i := slices.IndexFunc(ps, func(p mesh.Peer) bool { return p.ID == id })
 			if i < 0 {
 				return func() {
-					v.set(mesh.Peer{ID: id, Name: shortID(id)}, nil, "This device is not in the peer table any more.")
+					v.set(mesh.Peer{ID: id, Name: pairing.ShortID(id)}, nil, "This device is not in the peer table any more.")
 				}
 			}
 			p := ps[i]
@@ -730,7 +730,7 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 			refreshTasks()
 		}
 	}
-	v.set(mesh.Peer{ID: id, Name: shortID(id)}, nil, "")
+	v.set(mesh.Peer{ID: id, Name: pairing.ShortID(id)}, nil, "")
 	refresh(true)
 	refreshTasks()
 	return uw

@@ -12,13 +12,13 @@ import (
 	"fyne.io/fyne/v2/widget"
 
 	"meshtray/app"
-	"meshtray/nodes"
 	"meshtray/pairing"
+	"meshtray/textsafe"
 )
 
 // approvalView is the approval popup: the pending approvals queue in one
-// window, one approval shown at a time with "1 of 3" and arrows (issue 6
-// §2). It takes values (set) and reports decisions through onDecide; it
+// window, one approval shown at a time with "1 of 3" and arrows.
+// It takes values (set) and reports decisions through onDecide; it
 // knows nothing of HTTP.
 type approvalView struct {
 	onDecide func(a app.Approval, d app.ApprovalDecision)
@@ -259,7 +259,7 @@ func (v *approvalView) render() {
 }
 
 // offersAlways reports whether the popup offers "Always allow from this
-// device" for a: only for a delegation from a grant (issue 6 §2), where it
+// device" for a: only for a delegation from a grant, where it
 // sets that grant's policy to allow. A capability call's approval does not
 // offer it: allowing the whole grant from one call's popup would allow
 // every capability and every delegation of that device at once.
@@ -274,7 +274,7 @@ func alwaysLabel(a app.Approval) string {
 	if a.DeviceID != "" {
 		return "Always allow from this device"
 	}
-	return "Always allow this grant (" + nodes.EscapeInvisible(a.Peer) + ")"
+	return "Always allow this grant (" + textsafe.EscapeInvisible(a.Peer) + ")"
 }
 
 // approvalTitle is the popup's headline for a.
@@ -304,7 +304,7 @@ func fromText(a app.Approval) string {
 		parts = []string{"unknown"}
 	}
 	if a.DeviceID != "" {
-		parts = append(parts, "device "+shortID(a.DeviceID))
+		parts = append(parts, "device "+pairing.ShortID(a.DeviceID))
 	}
 	if a.OS != "" {
 		parts = append(parts, a.OS)
@@ -316,5 +316,5 @@ func fromText(a app.Approval) string {
 // invisible rune but line breaks and tabs (bidirectional overrides that
 // reorder what the owner reads, zero-width characters, carriage returns)
 // becomes a visible \uXXXX escape, as the CLI and the one-line summary
-// show them (nodes.EscapeInvisibleText; Trojan Source, CVE-2021-42574).
-func escapeLines(s string) string { return nodes.EscapeInvisibleText(s) }
+// show them (textsafe.EscapeInvisibleText; Trojan Source, CVE-2021-42574).
+func escapeLines(s string) string { return textsafe.EscapeInvisibleText(s) }

@@ -74,7 +74,7 @@ func (v *devicesView) set(d app.Devices) {
 		if h.OS != "" {
 			line += " · " + h.OS
 		}
-		sub := fmt.Sprintf("device %s · may use: %s · since %s", shortID(h.PeerID), scopesText(h.Scopes), h.Created.Local().Format("2 Jan 2006"))
+		sub := fmt.Sprintf("device %s · may use: %s · since %s", pairing.ShortID(h.PeerID), scopesText(h.Scopes), h.Created.Local().Format("2 Jan 2006"))
 		objs = append(objs, container.NewVBox(boldLabel(line), mutedLabel(sub)), widget.NewSeparator())
 	}
 	v.list.Objects = objs
@@ -99,7 +99,7 @@ func (v *devicesView) grantCard(g pairing.Grant) fyne.CanvasObject {
 		details = append(details, g.OS)
 	}
 	if g.PeerID != "" {
-		details = append(details, "device "+shortID(g.PeerID))
+		details = append(details, "device "+pairing.ShortID(g.PeerID))
 	}
 	details = append(details, "may use: "+scopesText(g.Scopes), "last used "+ago(v.now(), g.LastUsed))
 	policy := widget.NewSelect(policyOptions, nil)
@@ -150,7 +150,7 @@ func (v *peersView) set(ps []mesh.Peer) {
 	for _, p := range ps {
 		name := p.Name
 		if name == "" {
-			name = shortID(p.ID)
+			name = pairing.ShortID(p.ID)
 		}
 		// A long name is cut with an ellipsis instead of widening the
 		// window; the badges keep their place on the right.
@@ -306,7 +306,7 @@ func stateColor(s string) color.Color {
 func (v *peerView) set(p mesh.Peer, m *nodes.Manifest, merr string) {
 	name := p.Name
 	if name == "" {
-		name = shortID(p.ID)
+		name = pairing.ShortID(p.ID)
 	}
 	var addrs []string
 	for _, s := range p.Sources {

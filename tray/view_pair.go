@@ -35,7 +35,7 @@ const (
 	pairFailed            // an error, with "Try again"
 )
 
-// pairView is the "Pair a device…" window (issue 6 §3).
+// pairView is the "Pair a device…" window.
 type pairView struct {
 	cb    pairCallbacks
 	now   func() time.Time

@@ -13,7 +13,7 @@ import (
 )
 
 // questionsView lists the delegated tasks whose agent waits for the owner
-// (input-required or auth-required; issue 4 §2), each with its question
+// (input-required or auth-required, A2A 0.3.0 §6.3), each with its question
 // and an answer box. It takes values (set) and reports answers through
 // answer; it knows nothing of HTTP. An answer being typed survives the
 // refreshes a task event brings.

@@ -45,7 +45,8 @@ func cli(t *testing.T, env, wrap []string, dir string, args ...string) string {
 	return string(out)
 }
 
-// TestPopupApprovesDelegation is issue 6 §5 "windows under Xvfb": a real
+// TestPopupApprovesDelegation: the popup under Xvfb (DESIGN.md, "Testing on
+// real parts"): a real
 // delegation from the official a2a-go client makes the tray start the UI
 // process, whose popup is screenshotted, checked, and approved through its
 // Approve button (an X pointer click); the task then completes.
@@ -108,7 +109,7 @@ func TestPopupApprovesDelegation(t *testing.T) {
 
 // TestPopupClosesWhenDecidedElsewhere: several delegations at once queue
 // in one popup, never a storm of windows; a decision made in the CLI closes
-// its entry; with nothing left the popup closes (issue 6 §2).
+// its entry; with nothing left the popup closes.
 func TestPopupClosesWhenDecidedElsewhere(t *testing.T) {
 	d := startDesktop(t, true)
 	dir := t.TempDir()
@@ -188,7 +189,7 @@ func netns(t *testing.T) []string {
 	return []string{"ip", "netns", "exec", ns}
 }
 
-// TestPairingWindow is issue 6 §3 and §5 for pairing: "Pair a device…"
+// TestPairingWindow is the pairing window under Xvfb: "Pair a device…"
 // from the tray menu opens the pairing window in the UI process; its QR
 // code (decoded from the screenshot, as a phone's camera would) carries
 // the LAN pairing URL; a second meshtray joins with it; the window shows

@@ -21,7 +21,7 @@ import (
 	"meshtray/pairing"
 )
 
-// The agents this device can delegate to (issue 4 §1): external A2A agents
+// The agents this device can delegate to: external A2A agents
 // the owner added by URL, and paired meshtray peers that publish A2A, which
 // are agents with no extra step.
 
@@ -610,9 +610,9 @@ func (a *Agents) resolve(ref string) (target, error) {
 			}
 			names = append(names, fmt.Sprintf("agent %q at %s", agent.Truncate(name, 64), h.ext.URL))
 		case h.peer != nil:
-			names = append(names, fmt.Sprintf("paired device %q, %s", agent.Truncate(h.peer.Name, 64), shortDevice(h.id)))
+			names = append(names, fmt.Sprintf("paired device %q, %s", agent.Truncate(h.peer.Name, 64), pairing.ShortID(h.id)))
 		default:
-			names = append(names, fmt.Sprintf("revoked device %q, %s", agent.Truncate(h.tomb.name, 64), shortDevice(h.id)))
+			names = append(names, fmt.Sprintf("revoked device %q, %s", agent.Truncate(h.tomb.name, 64), pairing.ShortID(h.id)))
 		}
 	}
 	slices.Sort(names)
@@ -623,14 +623,7 @@ func (a *Agents) resolve(ref string) (target, error) {
 func revokedError(id string, t tombstone) error {
 	return &AgentError{Agent: t.name, Kind: ErrAgentUnauthorized,
 		Detail: fmt.Sprintf("device %q (%s) no longer honours this device: %s at %s; pair again with `meshtray pair --join` to delegate to it",
-			t.name, shortDevice(id), t.reason, t.at.Local().Format("15:04:05"))}
-}
-
-func shortDevice(id string) string {
-	if len(id) > 7 {
-		return id[:7]
-	}
-	return id
+			t.name, pairing.ShortID(id), t.reason, t.at.Local().Format("15:04:05"))}
 }
 
 // Get returns one agent by reference: a full device ID, an added agent's
@@ -1013,7 +1006,7 @@ func (a *Agents) refreshPeer(ctx context.Context, p PeerAgent) error {
 	for _, b := range p.URLs {
 		u, perr := CheckAgentURL(b, a.o.IsTailnetAddr)
 		if perr != nil {
-			a.log.Debug("peer address skipped", "device", shortDevice(p.DeviceID), "err", perr)
+			a.log.Debug("peer address skipped", "device", pairing.ShortID(p.DeviceID), "err", perr)
 			continue
 		}
 		raw, ferr := fetchCard(ctx, hc, cardURL(u))
@@ -1145,7 +1138,7 @@ func (a *Agents) openPeer(ctx context.Context, p PeerAgent, allowDisabled bool) 
 	a.mu.Unlock()
 	if !v.Enabled && !allowDisabled {
 		return nil, v, &AgentError{Agent: p.Name, Kind: ErrAgentDisabled,
-			Detail: fmt.Sprintf("device %q is disabled as an agent; `meshtray agents enable %s` turns it on", p.Name, shortDevice(p.DeviceID))}
+			Detail: fmt.Sprintf("device %q is disabled as an agent; `meshtray agents enable %s` turns it on", p.Name, pairing.ShortID(p.DeviceID))}
 	}
 	if !fresh {
 		err := a.refreshPeer(ctx, p)

@@ -18,7 +18,7 @@ import (
 	"meshtray/pairing"
 )
 
-// The forward executor (issue 4 §3): meshtray as the consent layer in front
+// The forward executor: meshtray as the consent layer in front
 // of an A2A agent that has none (the person's own agent on localhost, for
 // instance). The task engine asks the owner first, exactly as for the node
 // executor; an approved task is relayed to the upstream agent, and what
@@ -522,7 +522,7 @@ func (f *ForwardExecutor) relay(ex *agent.Execution, st *fwdState, key fwdCtxKey
 		out.state, out.msg = s.State, s.Message
 		if s.State == a2a.TaskStateWorking && s.Message != nil && s.Message.ID != st.lastMsg {
 			st.lastMsg = s.Message.ID
-			if t := messageText(s.Message); t != "" {
+			if t := agent.MessageText(s.Message); t != "" {
 				ex.Working(t)
 			}
 		}
@@ -603,5 +603,5 @@ func splitMessage(m *a2a.Message) (string, []a2a.Part) {
 			parts = append(parts, p)
 		}
 	}
-	return messageText(m), parts
+	return agent.MessageText(m), parts
 }

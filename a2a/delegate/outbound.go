@@ -19,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	agent "meshtray/a2a"
+	"meshtray/jsonout"
 )
 
 // The outbound side (issue 4 §2): delegations this device sent to other
@@ -126,7 +127,7 @@ func requestLine(in MessageInput) string {
 		return agent.Truncate(line, 200)
 	}
 	if in.Data != nil {
-		b, _ := agent.MarshalJSON(in.Data)
+		b, _ := jsonout.Marshal(in.Data)
 		return agent.Truncate(string(b), 200)
 	}
 	if in.File != nil {
@@ -531,7 +532,7 @@ func (o *Outbound) apply(e *outEntry, ev a2a.Event) {
 			e.view.ContextID = v.ContextID
 		}
 		e.view.State = a2a.TaskStateCompleted
-		e.view.Message = agent.Truncate(messageText(v), maxStatusText)
+		e.view.Message = agent.Truncate(agent.MessageText(v), maxStatusText)
 		var other a2a.ContentParts
 		for _, p := range v.Parts {
 			if _, isText := p.(a2a.TextPart); !isText {
@@ -552,7 +553,7 @@ func (e *outEntry) setStatusLocked(st a2a.TaskStatus) {
 		return // terminal states are final
 	}
 	e.view.State = st.State
-	e.view.Message = agent.Truncate(messageText(st.Message), maxStatusText)
+	e.view.Message = agent.Truncate(agent.MessageText(st.Message), maxStatusText)
 	if e.view.Message == "" && st.Message != nil {
 		e.view.Message = agent.Truncate(dataText(st.Message.Parts), maxStatusText)
 	}
@@ -563,7 +564,7 @@ func dataText(ps a2a.ContentParts) string {
 	var b strings.Builder
 	for _, p := range ps {
 		if d, ok := p.(a2a.DataPart); ok {
-			j, _ := agent.MarshalJSON(d.Data)
+			j, _ := jsonout.Marshal(d.Data)
 			b.Write(j)
 		}
 	}

@@ -26,8 +26,8 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/egress"
-	"meshtray/nodes"
 	"meshtray/pairing"
+	"meshtray/textsafe"
 )
 
 // The outbound client: how meshtray calls other A2A agents (external agents,
@@ -462,11 +462,11 @@ const maxCause = 300
 // *url.Error dropped (an upstream's address is not the caller's business;
 // the owner's log has it from the configuration), token and anything
 // token-like redacted, one line with invisible characters escaped
-// (nodes.EscapeInvisible), at most maxCause bytes.
+// (textsafe.EscapeInvisible), at most maxCause bytes.
 func causeText(err error, token string) string {
 	s := agent.Truncate(stripURLs(err), 4096) // bound the work; a token is < 4 KiB
 	s = redact(s, token)
-	return agent.Truncate(nodes.EscapeInvisible(oneLineText(s)), maxCause)
+	return agent.Truncate(textsafe.EscapeInvisible(oneLineText(s)), maxCause)
 }
 
 // stripURLs is err's text with each *url.Error's `Op "URL"` reduced to Op
@@ -832,23 +832,6 @@ func (r *remote) cancel(ctx context.Context, id a2a.TaskID) (*a2a.Task, error) {
 		return nil, r.classify(err)
 	}
 	return t, nil
-}
-
-// messageText is the text parts of m joined by newlines.
-func messageText(m *a2a.Message) string {
-	if m == nil {
-		return ""
-	}
-	var b strings.Builder
-	for _, p := range m.Parts {
-		if tp, ok := p.(a2a.TextPart); ok {
-			if b.Len() > 0 {
-				b.WriteByte('\n')
-			}
-			b.WriteString(tp.Text)
-		}
-	}
-	return b.String()
 }
 
 // artifactTracker follows the artifacts of one remote task across Task

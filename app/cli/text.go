@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/term"
 
-	"meshtray/nodes"
+	"meshtray/textsafe"
 )
 
 // Text from peers, agents and pairing claimants reaches the owner's
@@ -20,12 +20,12 @@ import (
 // escapes, so the owner sees what arrived.
 
 // safeText escapes every rune that is not printable in s
-// (nodes.EscapeInvisible), keeping newlines and tabs when multiline is set.
+// (textsafe.EscapeInvisible), keeping newlines and tabs when multiline is set.
 func safeText(s string, multiline bool) string {
 	if multiline {
-		return nodes.EscapeInvisibleText(s)
+		return textsafe.EscapeInvisibleText(s)
 	}
-	return nodes.EscapeInvisible(s)
+	return textsafe.EscapeInvisible(s)
 }
 
 // isTerminal reports whether w is a terminal.

@@ -1,4 +1,4 @@
-// meshtray phone page (issue 3 §4): pairs this phone with a meshtray
+// meshtray phone page: pairs this phone with a meshtray
 // device, then is a small remote for it.
 //
 // Wire protocol: pairing/doc.go. GET /pair/issuer names the device;

@@ -1,4 +1,4 @@
-// Command baresystray is the tray benchmark's reference (issue 6 §5): a
+// Command baresystray is the tray benchmark's reference: a
 // bare fyne.io/systray app with one menu item and nothing else.
 package main
 
