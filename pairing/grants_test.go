@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -661,5 +662,74 @@ func TestParseScopesAndPolicy(t *testing.T) {
 	}
 	if got := (Scopes{}).Describe(); got != "no scopes" {
 		t.Errorf("Describe of none = %q", got)
+	}
+}
+
+// gateStore blocks the first Set after arm until release, then fails every
+// later Set: a keychain that is slow for one writer and broken for the next.
+type gateStore struct {
+	keychain.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	sets    atomic.Int64
+}
+
+func (s *gateStore) Set(k string, v []byte) error {
+	if !s.armed.Load() {
+		return s.Store.Set(k, v)
+	}
+	if s.sets.Add(1) == 1 {
+		close(s.entered)
+		<-s.release
+		return s.Store.Set(k, v)
+	}
+	return errFlaky
+}
+
+// waitingOnWriterLock reports whether some goroutine is blocked on the
+// store's writer mutex inside Grants.update.
+func waitingOnWriterLock() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "sync.(*Mutex).Lock") && strings.Contains(g, "pairing.(*Grants).update") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSetPolicyStricterDecidedUnderLock: whether a policy change is
+// stricter must be judged against the policy it replaces, under the writer
+// lock. Here the grant is deny; one writer loosens it to allow (slow
+// keychain), another then asks for ask, which is stricter than allow: it
+// must bite in memory even though its keychain write fails. Judged before
+// the lock (against deny) it looked looser and was dropped with the write.
+func TestSetPolicyStricterDecidedUnderLock(t *testing.T) {
+	t.Parallel()
+	ks := &gateStore{Store: keychain.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+	g := newGrants(t, ks)
+	gr, tok := mustIssue(t, g, "desk", ScopeAgent)
+	if err := g.SetPolicy(gr.ID, PolicyDeny); err != nil {
+		t.Fatal(err)
+	}
+	ks.armed.Store(true)
+	loosen := make(chan error, 1)
+	go func() { loosen <- g.SetPolicy(gr.ID, PolicyAllow) }()
+	<-ks.entered // the loosening writer holds the lock, its write in flight
+	tighten := make(chan error, 1)
+	go func() { tighten <- g.SetPolicy(gr.ID, PolicyAsk) }()
+	waitFor(t, "the second writer to wait for the lock", waitingOnWriterLock)
+	close(ks.release)
+	if err := <-loosen; err != nil {
+		t.Fatalf("SetPolicy(allow): %v", err)
+	}
+	if err := <-tighten; !errors.Is(err, errFlaky) {
+		t.Fatalf("SetPolicy(ask) with a failing keychain = %v, want the failure", err)
+	}
+	got, err := g.Authenticate(tok)
+	if err != nil || got.Policy != PolicyAsk {
+		t.Fatalf("policy after allow then ask (ask unsaved) = %q (%v), want ask: a stricter change must bite at once", got.Policy, err)
 	}
 }

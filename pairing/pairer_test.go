@@ -2,9 +2,11 @@ package pairing
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -786,5 +788,134 @@ func TestStatusAfterClose(t *testing.T) {
 	f.p.Close()
 	if st := <-done; st.Status != StatusExpired {
 		t.Fatalf("status of a pending request at Close = %q, want %q", st.Status, StatusExpired)
+	}
+}
+
+// TestOneHostCannotKillCodes: wrong codes from one host (its IPv4 address
+// and its IPv6 /64: two sources) never kill a live code, so one LAN host
+// cannot stop the owner from pairing; a source past MaxWrongPerSource is
+// refused that code even when it then guesses right, so the guesses a code
+// can receive stay bounded (MaxWrongAttempts from the sources together).
+func TestOneHostCannotKillCodes(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	s := f.start(t)
+	v4 := ClaimSource{Addr: netip.MustParseAddrPort("192.0.2.7:5000"), Listener: ListenerLAN}
+	v6 := ClaimSource{Addr: netip.MustParseAddrPort("[2001:db8:5:6::7]:5000"), Listener: ListenerLAN}
+	for i := range 3 * MaxWrongAttempts {
+		for _, from := range []ClaimSource{v4, v6} {
+			if _, err := f.p.Claim(context.Background(), claimFor(newCode()), from); !errors.Is(err, ErrBadCode) {
+				t.Fatalf("wrong code %d from %v: %v", i, from.Addr, err)
+			}
+		}
+		f.clock.Advance(sourceEvery) // stay under the rate limit
+	}
+	// The host guessed right at last: it is refused this code...
+	if _, err := f.p.Claim(context.Background(), claimFor(s.Code), v4); !errors.Is(err, ErrBadCode) {
+		t.Fatalf("the right code from a source past %d wrong ones: %v, want ErrBadCode", MaxWrongPerSource, err)
+	}
+	// ...which still pairs anyone else.
+	if _, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1)); err != nil {
+		t.Fatalf("after one host's wrong codes, the owner's code is dead: %v", err)
+	}
+	// A new code gives the host a fresh allowance.
+	s2 := f.start(t)
+	if _, err := f.p.Claim(context.Background(), claimFor(s2.Code), v6); err != nil {
+		t.Fatalf("a new code from a source that erred on the old one: %v", err)
+	}
+}
+
+// TestCanceledCollectorKeepsToken: a status poll whose caller is gone must
+// not consume the approved token; the next poll collects it.
+func TestCanceledCollectorKeepsToken(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	s := f.start(t)
+	cr, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.p.Decide(cr.RequestID, true, Scopes{ScopeNode}); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if st, err := f.p.Status(gone, cr.RequestID, cr.PollToken); err == nil || st.Token != "" {
+		t.Fatalf("Status for a departed caller = %+v, %v; want its context error and no token", st.Status, err)
+	}
+	st, err := f.p.Status(context.Background(), cr.RequestID, cr.PollToken)
+	if err != nil || st.Status != StatusApproved || !ValidToken(st.Token) {
+		t.Fatalf("the next poll = %+v, %v; want the token", st.Status, err)
+	}
+}
+
+// silentPeer accepts TLS connections as identity id and never answers a
+// request. Close ends the connections.
+func silentPeer(t *testing.T, id *Identity) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", id.ServerTLSConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go c.(*tls.Conn).Handshake() // then silence
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "https://" + ln.Addr().String()
+}
+
+// TestRotateGivesUpOnASilentPeer: offering a rotated token to a peer that
+// accepts the connection and never answers ends after the call timeout,
+// even with a context that never ends (the node's lifetime context).
+func TestRotateGivesUpOnASilentPeer(t *testing.T) {
+	t.Parallel()
+	peer := newIdentity(t, "silent")
+	f := newPairerFixture(t, func(o *PairerOptions) { o.CallTimeout = 300 * time.Millisecond })
+	gr, _, err := f.g.Issue(IssueRequest{PeerID: peer.ID.String(), Name: "silent", Scopes: Scopes{ScopeAgent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldTok, _ := newToken(newGrantID())
+	if err := f.g.PutHeld(Held{PeerID: peer.ID.String(), Name: "silent", URL: silentPeer(t, peer), Token: heldTok}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		tok       string
+		delivered bool
+		err       error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tok, delivered, err := f.p.Rotate(context.Background(), gr.ID)
+		done <- result{tok, delivered, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.delivered || !ValidToken(r.tok) {
+			t.Fatalf("Rotate = delivered %v, %v; want a new token, not delivered", r.delivered, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Rotate still waiting for a silent peer after 20s")
 	}
 }

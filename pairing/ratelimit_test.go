@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // TestFewSourcesCannotFillGlobalLimit: 60 sources claiming as fast as they
@@ -41,5 +43,28 @@ func TestFewSourcesCannotFillGlobalLimit(t *testing.T) {
 	}
 	if refusedFresh > 0 {
 		t.Errorf("a new source was rate-limited %d of 20 times while %d addresses flooded: a handful of sources fills the global limit", refusedFresh, len(flood))
+	}
+}
+
+// TestGlobalRefusalKeepsSourceTokens: when the global bucket is empty, a
+// source's own bucket is not charged for a call that was refused anyway.
+func TestGlobalRefusalKeepsSourceTokens(t *testing.T) {
+	t.Parallel()
+	l := newSourceLimiter(rate.Every(time.Hour), 3, rate.Every(time.Hour), 1, 100)
+	now := time.Now()
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	if !l.allow(a, now) {
+		t.Fatal("first call refused")
+	}
+	for range 5 {
+		if l.allow(b, now) {
+			t.Fatal("allowed with the global bucket empty")
+		}
+	}
+	l.mu.Lock()
+	left := l.sources[sourceKey(b)].lim.TokensAt(now)
+	l.mu.Unlock()
+	if left != 3 {
+		t.Fatalf("source b has %.0f of 3 tokens after 5 calls the global bucket refused", left)
 	}
 }
