@@ -297,28 +297,11 @@ func TestShutdownCancelsLiveTasks(t *testing.T) {
 	}
 }
 
-// childSleep returns the pid of a `sleep` process whose parent is ppid.
+// childSleep returns the pid of a `sleep` process whose parent is ppid, 0
+// when there is none.
 func childSleep(ppid int) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || !strings.HasSuffix(s[:i], "(sleep") {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(ppid) {
-			return pid
-		}
+	if pids := childSleeps(ppid); len(pids) > 0 {
+		return pids[0]
 	}
 	return 0
 }

@@ -3,21 +3,19 @@
 package nodes
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 
+	"meshtray/keychain/keychaintest"
 	"meshtray/pairing"
 )
 
@@ -32,53 +30,18 @@ func needTool(t testing.TB, name, debPackage string) string {
 	return p
 }
 
-// startSessionBus starts a private dbus-daemon with a session-type bus on a
-// unix socket in a temporary directory, with no service activation (so no
-// notification daemon of this machine can be started behind the test's
-// back). It returns the bus address; the daemon is stopped at cleanup.
+// startSessionBus starts a private session bus with no service on it
+// (keychaintest.StartBus: no service activation, so no notification daemon
+// of this machine can be started behind the test's back). It returns the
+// bus address; the daemon is stopped at cleanup.
 func startSessionBus(t testing.TB) string {
 	t.Helper()
-	bin := needTool(t, "dbus-daemon", "dbus-daemon")
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "bus")
-	conf := filepath.Join(dir, "session.conf")
-	err := os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+sock+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o600)
+	d, err := keychaintest.StartBus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config-file="+conf, "--nofork", "--nopidfile", "--print-address=1")
-	// Die with the test binary, even when a timeout panic skips cleanups.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("dbus-daemon did not print its address: %v\n%s", err, stderr.String())
-	}
-	return strings.TrimSpace(line)
+	t.Cleanup(func() { _ = d.Stop() })
+	return d.Addr()
 }
 
 // lockedBuffer collects a child's stderr for error messages.
