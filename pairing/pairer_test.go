@@ -88,6 +88,17 @@ func (f *pairerFixture) start(t *testing.T) Session {
 	return s
 }
 
+// claim starts a code and claims it from src(1), which must succeed.
+func (f *pairerFixture) claim(t *testing.T) ClaimResponse {
+	t.Helper()
+	s := f.start(t)
+	resp, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 func TestCodeShape(t *testing.T) {
 	t.Parallel()
 	counts := map[rune]int{}
@@ -410,11 +421,7 @@ func TestRequestIDsUnguessable(t *testing.T) {
 func TestPendingRequestExpires(t *testing.T) {
 	t.Parallel()
 	f := newPairerFixture(t)
-	s := f.start(t)
-	resp, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := f.claim(t)
 	ch, cancel := f.p.Subscribe()
 	defer cancel()
 	f.clock.Advance(DefaultRequestTTL)
@@ -752,11 +759,7 @@ func TestRepairReplacesOnCollection(t *testing.T) {
 func TestStatusHandlerAtShutdown(t *testing.T) {
 	t.Parallel()
 	f := newPairerFixture(t)
-	s := f.start(t)
-	cr, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cr := f.claim(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest(http.MethodGet, "/pair/status/"+cr.RequestID, nil).WithContext(ctx)
 	req.SetPathValue("id", cr.RequestID)
@@ -775,11 +778,7 @@ func TestStatusHandlerAtShutdown(t *testing.T) {
 func TestStatusAfterClose(t *testing.T) {
 	t.Parallel()
 	f := newPairerFixture(t)
-	s := f.start(t)
-	cr, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cr := f.claim(t)
 	done := make(chan StatusResponse, 1)
 	go func() {
 		st, _ := f.p.Status(context.Background(), cr.RequestID, cr.PollToken)
@@ -830,11 +829,7 @@ func TestOneHostCannotKillCodes(t *testing.T) {
 func TestCanceledCollectorKeepsToken(t *testing.T) {
 	t.Parallel()
 	f := newPairerFixture(t)
-	s := f.start(t)
-	cr, err := f.p.Claim(context.Background(), claimFor(s.Code), src(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cr := f.claim(t)
 	if _, err := f.p.Decide(cr.RequestID, true, Scopes{ScopeNode}); err != nil {
 		t.Fatal(err)
 	}
