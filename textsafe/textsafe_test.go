@@ -26,18 +26,11 @@ func TestEscapeInvisible(t *testing.T) {
 		{"tag\U000E0041", `tag\U000E0041`},
 		{"bad\xffutf8", "bad\ufffdutf8"},
 	}
-	for _, tt := range tests {
-		got := EscapeInvisible(tt.in)
-		if got != tt.want {
-			t.Errorf("EscapeInvisible(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-		if again := EscapeInvisible(got); again != got {
-			t.Errorf("escaping %q twice gave %q", got, again)
-		}
+	checkEscaper(t, "EscapeInvisible", EscapeInvisible, tests, func(in, got string) {
 		if strings.ContainsAny(got, "\n\r") {
-			t.Errorf("EscapeInvisible(%q) is not one line", tt.in)
+			t.Errorf("EscapeInvisible(%q) is not one line", in)
 		}
-	}
+	})
 }
 
 func TestEscapeInvisibleText(t *testing.T) {
@@ -52,19 +45,28 @@ func TestEscapeInvisibleText(t *testing.T) {
 		{"sep\u2029para", `sep\u2029para`},
 		{"bad\xc3\x28", "bad\ufffd("},
 	}
-	for _, tt := range tests {
-		got := EscapeInvisibleText(tt.in)
-		if got != tt.want {
-			t.Errorf("EscapeInvisibleText(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-		if again := EscapeInvisibleText(got); again != got {
-			t.Errorf("escaping %q twice gave %q", got, again)
-		}
+	checkEscaper(t, "EscapeInvisibleText", EscapeInvisibleText, tests, func(in, got string) {
 		// The multi-line form escapes a subset of what the one-line form
 		// escapes: its output, made one line, is the one-line form.
-		if one, want := EscapeInvisible(got), EscapeInvisible(tt.in); one != want {
-			t.Errorf("EscapeInvisible(EscapeInvisibleText(%q)) = %q, want %q", tt.in, one, want)
+		if one, want := EscapeInvisible(got), EscapeInvisible(in); one != want {
+			t.Errorf("EscapeInvisible(EscapeInvisibleText(%q)) = %q, want %q", in, one, want)
 		}
+	})
+}
+
+// checkEscaper runs escape over tests: each result is the one wanted,
+// escaping it again changes nothing, and check holds.
+func checkEscaper(t *testing.T, name string, escape func(string) string, tests []struct{ in, want string }, check func(in, got string)) {
+	t.Helper()
+	for _, tt := range tests {
+		got := escape(tt.in)
+		if got != tt.want {
+			t.Errorf("%s(%q) = %q, want %q", name, tt.in, got, tt.want)
+		}
+		if again := escape(got); again != got {
+			t.Errorf("%s: escaping %q twice gave %q", name, got, again)
+		}
+		check(tt.in, got)
 	}
 }
 
