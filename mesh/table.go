@@ -406,33 +406,24 @@ func (t *Table) drop(id string, src Source) bool {
 
 // dropSource removes every src sighting, and rows left without a source.
 func (t *Table) dropSource(src Source) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	changed := false
-	for id, r := range t.rows {
-		if r.by[src] == nil {
-			continue
-		}
-		delete(r.by, src)
-		changed = true
-		if len(r.by) == 0 {
-			delete(t.rows, id)
-		}
-	}
-	if changed {
-		t.notifyLocked()
-	}
+	t.dropWhere(func(s Source, _ *sighting) bool { return s == src })
 }
 
 // expire drops every sighting whose expiry has passed.
 func (t *Table) expire() {
 	now := t.now()
+	t.dropWhere(func(_ Source, s *sighting) bool { return !s.expires.IsZero() && now.After(s.expires) })
+}
+
+// dropWhere removes every sighting gone reports, and the rows left without
+// a source (a row always has one); subscribers hear of it once.
+func (t *Table) dropWhere(gone func(Source, *sighting) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	changed := false
 	for id, r := range t.rows {
 		for src, s := range r.by {
-			if !s.expires.IsZero() && now.After(s.expires) {
+			if gone(src, s) {
 				delete(r.by, src)
 				changed = true
 			}
