@@ -18,6 +18,7 @@ package jsonout
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 )
@@ -154,18 +155,25 @@ func NewStream(w http.ResponseWriter) *Stream {
 	return &Stream{w: w, fl: fl}
 }
 
-// Send writes v (Marshal, then a newline) and flushes it. The error is
-// Marshal's or the connection's (the client left).
+// Send writes v (WriteLine) and flushes it. The error is Marshal's or the
+// connection's (the client left).
 func (s *Stream) Send(v any) error {
-	b, err := Marshal(v)
-	if err != nil {
-		return err
-	}
-	if _, err := s.w.Write(append(b, '\n')); err != nil {
+	if err := WriteLine(s.w, v); err != nil {
 		return err
 	}
 	if s.fl != nil {
 		s.fl.Flush()
 	}
 	return nil
+}
+
+// WriteLine writes v to w as one line of JSON: Marshal, then a newline, in
+// one Write (an NDJSON record). Nothing is written when v does not encode.
+func WriteLine(w io.Writer, v any) error {
+	b, err := Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

@@ -2,6 +2,7 @@ package jsonout
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"math"
@@ -224,6 +225,22 @@ func TestStreamSendError(t *testing.T) {
 	}
 	if rec.Body.Len() != 0 {
 		t.Fatalf("a value that does not encode wrote %q", rec.Body)
+	}
+}
+
+func TestWriteLine(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	for _, v := range []any{map[string]string{"a": "<&>"}, []int{1, 2}} {
+		if err := WriteLine(&b, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WriteLine(&b, math.Inf(-1)); err == nil {
+		t.Fatal("WriteLine(-Inf): no error")
+	}
+	if want := `{"a":"<&>"}` + "\n[1,2]\n"; b.String() != want {
+		t.Fatalf("WriteLine wrote %q, want %q", b.String(), want)
 	}
 }
 

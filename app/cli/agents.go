@@ -12,6 +12,7 @@ import (
 
 	"meshtray/a2a/delegate"
 	"meshtray/app"
+	"meshtray/pairing"
 )
 
 func (c *cli) agentsCommand() *cobra.Command {
@@ -175,7 +176,7 @@ func (c *cli) printAgents(as []delegate.Agent) {
 	for _, a := range as {
 		id := a.ID
 		if a.Kind == delegate.AgentPeer {
-			id = shortID(a.ID)
+			id = pairing.ShortID(a.ID)
 		}
 		version, signature, streaming, skills := "-", "-", "-", "-"
 		var notes []string

@@ -59,7 +59,7 @@ func (c *cli) printApproval(a app.Approval) {
 	out := c.opts.Stdout
 	from := oneLine(a.Peer, 64)
 	if a.DeviceID != "" {
-		from += " (" + shortID(a.DeviceID) + ")"
+		from += " (" + pairing.ShortID(a.DeviceID) + ")"
 	}
 	if a.OS != "" {
 		from += ", " + oneLine(a.OS, 64)

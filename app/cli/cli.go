@@ -8,7 +8,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"meshtray/app"
+	"meshtray/jsonout"
 	"meshtray/keychain"
 )
 
@@ -303,13 +303,15 @@ func (c *cli) withAPI(cmd *cobra.Command, fn func(ctx context.Context, cl *app.C
 	return fn(ctx, cl)
 }
 
-// printJSON prints v indented, as written: no HTML escaping (\u0026 for &
-// in a pairing URL helps no terminal or script).
+// printJSON prints v indented, as written (jsonout.MarshalIndent: no HTML
+// escaping; \u0026 for & in a pairing URL helps no terminal or script).
 func (c *cli) printJSON(v any) error {
-	enc := json.NewEncoder(c.opts.Stdout)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	b, err := jsonout.MarshalIndent(v)
+	if err != nil {
+		return err
+	}
+	_, err = c.opts.Stdout.Write(append(b, '\n'))
+	return err
 }
 
 func (c *cli) table() *tabwriter.Writer {

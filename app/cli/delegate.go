@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -19,6 +18,8 @@ import (
 
 	"meshtray/a2a/delegate"
 	"meshtray/app"
+	"meshtray/jsonout"
+	"meshtray/pairing"
 )
 
 // Exit codes of delegate, answer and `outbound --follow`: the task's final
@@ -249,7 +250,7 @@ it whole (artifacts included); --follow watches it until it ends or asks.
 func (c *cli) printTaskDetail(t delegate.OutboundTask) {
 	w := c.table()
 	fmt.Fprintf(w, "task\t%s (at the agent: %s)\n", t.ID, t.TaskID)
-	fmt.Fprintf(w, "agent\t%s (%s %s)\n", oneLine(t.AgentName, 64), t.AgentKind, shortID(t.Agent))
+	fmt.Fprintf(w, "agent\t%s (%s %s)\n", oneLine(t.AgentName, 64), t.AgentKind, pairing.ShortID(t.Agent))
 	fmt.Fprintf(w, "request\t%s\n", oneLine(t.Request, 200))
 	state := string(t.State)
 	if t.Following {
@@ -337,8 +338,6 @@ func (c *cli) follow(cmd *cobra.Command, detach bool,
 	defer events.Close()
 	p := newTaskPrinter(c.opts.Stdout, c.opts.Stderr, tty)
 	defer p.finish()
-	enc := json.NewEncoder(c.opts.Stdout)
-	enc.SetEscapeHTML(false)
 	var last *delegate.OutboundTask
 	for {
 		ev, err := events.Next()
@@ -358,7 +357,7 @@ func (c *cli) follow(cmd *cobra.Command, detach bool,
 			return errors.New(ev.Error)
 		}
 		if c.asJSON {
-			if err := enc.Encode(ev); err != nil {
+			if err := jsonout.WriteLine(c.opts.Stdout, ev); err != nil {
 				return err
 			}
 		} else {
@@ -616,17 +615,14 @@ func (p *taskPrinter) artifactLocked(a delegate.OutboundArtifact, appended bool)
 	p.printed[a.ID] += len(a.Parts) // an open text line stays open: appended chunks continue it
 }
 
-// indentJSON is v as indented JSON for a person: "<", ">" and "&" as
-// they are (encoding/json would write \u003c).
+// indentJSON is v as indented JSON for a person (jsonout.MarshalIndent:
+// "<", ">" and "&" as they are).
 func indentJSON(v any) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	b, err := jsonout.MarshalIndent(v)
+	if err != nil {
 		return fmt.Sprint(v)
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return string(b)
 }
 
 // maxEchoText bounds the text kept per artifact to recognise a final

@@ -176,7 +176,7 @@ func (c *cli) devicesCommand() *cobra.Command {
 			w := c.table()
 			fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSCOPES\tURL")
 			for _, h := range d.Held {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", shortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", pairing.ShortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
 			}
 			return w.Flush()
 		},

@@ -319,7 +319,7 @@ func (c *cli) pairJoin(cmd *cobra.Command, req app.JoinRequest, ask, give string
 		case ev.SAS != "":
 			name := "the other device"
 			if ev.Peer != nil {
-				name = fmt.Sprintf("%s (%s, %s)", oneLine(ev.Peer.Name, 64), oneLine(orUnknown(ev.Peer.OS), 64), shortID(ev.Peer.ID))
+				name = fmt.Sprintf("%s (%s, %s)", oneLine(ev.Peer.Name, 64), oneLine(orUnknown(ev.Peer.OS), 64), pairing.ShortID(ev.Peer.ID))
 			}
 			fmt.Fprintf(c.opts.Stdout, "Claimed the code of %s.\nVerification code: %s — check that %s shows the same, and approve there.\nWaiting for approval…\n",
 				name, spacedSAS(ev.SAS), name)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshtray/app"
+	"meshtray/pairing"
 )
 
 func (c *cli) peersCommand() *cobra.Command {
@@ -50,7 +51,7 @@ func (c *cli) peersCommand() *cobra.Command {
 				if seenVia == "" {
 					seenVia = "-" // paired, not seen since this node started
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(p.ID), oneLine(p.Name, 64), oneLine(p.OS, 64),
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pairing.ShortID(p.ID), oneLine(p.Name, 64), oneLine(p.OS, 64),
 					seenVia, yesNo(p.Online), yesNo(p.Paired), yesNo(p.A2A && p.Online), ago(p.LastSeen), addr)
 			}
 			return w.Flush()
@@ -71,7 +72,7 @@ func (c *cli) peersCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.opts.Stdout, "added %s (%s, %s)\n", oneLine(p.Name, 64), oneLine(p.OS, 64), shortID(p.ID))
+			fmt.Fprintf(c.opts.Stdout, "added %s (%s, %s)\n", oneLine(p.Name, 64), oneLine(p.OS, 64), pairing.ShortID(p.ID))
 			return nil
 		},
 	}

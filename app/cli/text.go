@@ -44,13 +44,6 @@ func outputText(w io.Writer, s string) string {
 	return s
 }
 
-func shortID(id string) string {
-	if len(id) > 7 {
-		return id[:7]
-	}
-	return id
-}
-
 // oneLine is the first line of untrusted text s, escaped (safeText) and cut
 // to max runes.
 func oneLine(s string, max int) string {
