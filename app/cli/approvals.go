@@ -20,29 +20,19 @@ func (c *cli) approvalsCommand() *cobra.Command {
 		Short: "List requests waiting for your decision",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			as, err := cl.Approvals(ctx)
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(as)
-			}
-			if len(as) == 0 {
-				fmt.Fprintln(c.opts.Stdout, "no pending approvals")
-				return nil
-			}
-			for i, a := range as {
-				if i > 0 {
-					fmt.Fprintln(c.opts.Stdout)
+			return show(c, cmd, (*app.Client).Approvals, func(as []app.Approval) error {
+				if len(as) == 0 {
+					fmt.Fprintln(c.opts.Stdout, "no pending approvals")
+					return nil
 				}
-				c.printApproval(a)
-			}
-			return nil
+				for i, a := range as {
+					if i > 0 {
+						fmt.Fprintln(c.opts.Stdout)
+					}
+					c.printApproval(a)
+				}
+				return nil
+			})
 		},
 	}
 	c.jsonFlag(cmd)

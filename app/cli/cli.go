@@ -303,6 +303,25 @@ func (c *cli) withAPI(cmd *cobra.Command, fn func(ctx context.Context, cl *app.C
 	return fn(ctx, cl)
 }
 
+// show is a command that reads one value from the node: get runs with
+// the node's client and a call context (api); the value is printed as
+// indented JSON with --json, else by text, for a person.
+func show[T any](c *cli, cmd *cobra.Command, get func(*app.Client, context.Context) (T, error), text func(T) error) error {
+	cl, ctx, done, err := c.api(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	v, err := get(cl, ctx)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		return c.printJSON(v)
+	}
+	return text(v)
+}
+
 // printJSON prints v indented, as written (jsonout.MarshalIndent: no HTML
 // escaping; \u0026 for & in a pairing URL helps no terminal or script).
 func (c *cli) printJSON(v any) error {

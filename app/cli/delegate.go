@@ -173,20 +173,12 @@ func (c *cli) cancelCommand() *cobra.Command {
 		Short: "Cancel a delegated task at its agent (the work stops there)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			t, err := cl.Cancel(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(t)
-			}
-			fmt.Fprintf(c.opts.Stdout, "task %s at %s: %s\n", t.ID, oneLine(t.AgentName, 64), t.State)
-			return nil
+			return show(c, cmd, func(cl *app.Client, ctx context.Context) (delegate.OutboundTask, error) {
+				return cl.Cancel(ctx, args[0])
+			}, func(t delegate.OutboundTask) error {
+				fmt.Fprintf(c.opts.Stdout, "task %s at %s: %s\n", t.ID, oneLine(t.AgentName, 64), t.State)
+				return nil
+			})
 		},
 	}
 	c.jsonFlag(cmd)

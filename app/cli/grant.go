@@ -158,27 +158,17 @@ func (c *cli) devicesCommand() *cobra.Command {
 		Short: "List paired devices: grants issued to them and grants they gave this device",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			d, err := cl.Devices(ctx)
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(d)
-			}
-			fmt.Fprintln(c.opts.Stdout, "Issued by this device:")
-			c.printIssued(d.Issued)
-			fmt.Fprintln(c.opts.Stdout, "\nGiven to this device by:")
-			w := c.table()
-			fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSCOPES\tURL")
-			for _, h := range d.Held {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", pairing.ShortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
-			}
-			return w.Flush()
+			return show(c, cmd, (*app.Client).Devices, func(d app.Devices) error {
+				fmt.Fprintln(c.opts.Stdout, "Issued by this device:")
+				c.printIssued(d.Issued)
+				fmt.Fprintln(c.opts.Stdout, "\nGiven to this device by:")
+				w := c.table()
+				fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSCOPES\tURL")
+				for _, h := range d.Held {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", pairing.ShortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
+				}
+				return w.Flush()
+			})
 		},
 	}
 	c.jsonFlag(cmd)

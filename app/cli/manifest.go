@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meshtray/app"
+	"meshtray/nodes"
 	"meshtray/pairing"
 )
 
@@ -23,28 +24,18 @@ func (c *cli) manifestCommand() *cobra.Command {
 			"the stricter of the grant's and the capability's policy applies to each call.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			m, err := cl.Manifest(ctx)
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(m)
-			}
-			w := c.table()
-			fmt.Fprintln(w, "CAPABILITY\tEFFECTS\tAPPROVAL\tAVAILABLE\tDESCRIPTION")
-			for _, cp := range m.Capabilities {
-				avail := "yes"
-				if !cp.Available {
-					avail = "no: " + oneLine(cp.Reason, 60)
+			return show(c, cmd, (*app.Client).Manifest, func(m nodes.Manifest) error {
+				w := c.table()
+				fmt.Fprintln(w, "CAPABILITY\tEFFECTS\tAPPROVAL\tAVAILABLE\tDESCRIPTION")
+				for _, cp := range m.Capabilities {
+					avail := "yes"
+					if !cp.Available {
+						avail = "no: " + oneLine(cp.Reason, 60)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", oneLine(cp.Name, 40), cp.Effects, cp.Approval, avail, oneLine(cp.Description, 70))
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", oneLine(cp.Name, 40), cp.Effects, cp.Approval, avail, oneLine(cp.Description, 70))
-			}
-			return w.Flush()
+				return w.Flush()
+			})
 		},
 	}
 	c.jsonFlag(cmd)

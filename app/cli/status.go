@@ -40,33 +40,23 @@ func (c *cli) statusCommand() *cobra.Command {
 		Short: "Show the running node: name, OS, A2A, listeners, approvals",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := cl.Status(ctx)
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(st)
-			}
-			w := c.table()
-			fmt.Fprintf(w, "device\t%s — %s\n", st.Name, st.OS)
-			fmt.Fprintf(w, "id\t%s\n", st.DeviceID)
-			fmt.Fprintf(w, "a2a\t%s\n", onOff(st.A2A.Enabled))
-			fmt.Fprintf(w, "lan\t%s\n", onOff(st.LAN))
-			fmt.Fprintf(w, "tailscale\t%s\n", st.Tailscale)
-			for _, l := range st.Listeners {
-				fmt.Fprintf(w, "listening\t%s %s\n", l.Kind, l.URL)
-			}
-			fmt.Fprintf(w, "approvals\t%d pending\n", st.PendingApprovals)
-			fmt.Fprintf(w, "peers\t%d online\n", st.OnlinePeers)
-			if st.LogDir != "" {
-				fmt.Fprintf(w, "logs\t%s\n", st.LogDir)
-			}
-			return w.Flush()
+			return show(c, cmd, (*app.Client).Status, func(st app.Status) error {
+				w := c.table()
+				fmt.Fprintf(w, "device\t%s — %s\n", st.Name, st.OS)
+				fmt.Fprintf(w, "id\t%s\n", st.DeviceID)
+				fmt.Fprintf(w, "a2a\t%s\n", onOff(st.A2A.Enabled))
+				fmt.Fprintf(w, "lan\t%s\n", onOff(st.LAN))
+				fmt.Fprintf(w, "tailscale\t%s\n", st.Tailscale)
+				for _, l := range st.Listeners {
+					fmt.Fprintf(w, "listening\t%s %s\n", l.Kind, l.URL)
+				}
+				fmt.Fprintf(w, "approvals\t%d pending\n", st.PendingApprovals)
+				fmt.Fprintf(w, "peers\t%d online\n", st.OnlinePeers)
+				if st.LogDir != "" {
+					fmt.Fprintf(w, "logs\t%s\n", st.LogDir)
+				}
+				return w.Flush()
+			})
 		},
 	}
 	c.jsonFlag(cmd)
