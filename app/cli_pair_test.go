@@ -3,14 +3,11 @@ package app_test
 // The `pair` and `approve` commands against a running node.
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,72 +19,6 @@ import (
 	"meshtray/app/cli"
 	"meshtray/pairing"
 )
-
-// waitingPair is a non-interactive `meshtray pair` (stdin is not a
-// terminal) running in the background.
-type waitingPair struct {
-	cmd      *exec.Cmd
-	mu       sync.Mutex
-	out, err bytes.Buffer
-	done     chan struct{}
-	code     int
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func startPair(t *testing.T, n *apptest.Node) *waitingPair {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	p := &waitingPair{done: make(chan struct{})}
-	p.cmd = apptest.Command(ctx, nil, "pair", "--state-dir", n.StateDir)
-	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{&p.mu, &p.out}, lockedWriter{&p.mu, &p.err}
-	if err := p.cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(p.done)
-		defer cancel()
-		err := p.cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); ok {
-			p.code = ee.ExitCode()
-		} else if err != nil {
-			p.code = -1
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-p.done
-	})
-	return p
-}
-
-func (p *waitingPair) stdout() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-func (p *waitingPair) result(t *testing.T, d time.Duration) (code int, stdout, stderr string) {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		t.Fatalf("meshtray pair still waiting %v after the decision:\n%s", d, p.stdout())
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.code, p.out.String(), p.err.String()
-}
 
 // phoneClaim claims code as a phone would and returns the pairing approval
 // it makes.
@@ -113,12 +44,13 @@ func phoneClaim(t *testing.T, n *apptest.Node, code, name string) app.Approval {
 	return got
 }
 
-// codeShown waits for the code a background `meshtray pair` prints.
-func codeShown(t *testing.T, p *waitingPair) string {
+// codeShown waits for the code a background `meshtray pair` (startCLI;
+// stdin is not a terminal) prints.
+func codeShown(t *testing.T, p *bgCLI) string {
 	t.Helper()
 	var code string
 	apptest.WaitFor(t, 20*time.Second, "meshtray pair to show its code", func() bool {
-		for _, l := range strings.Split(p.stdout(), "\n") {
+		for _, l := range strings.Split(p.stdout.String(), "\n") {
 			if rest, ok := strings.CutPrefix(l, "One-time code: "); ok {
 				code, _, _ = strings.Cut(rest, " ")
 				return true
@@ -137,31 +69,34 @@ func codeShown(t *testing.T, p *waitingPair) string {
 func TestPairNoticesDecisionsMadeElsewhere(t *testing.T) {
 	n := ptStart(t, "laptop")
 	t.Run("approved", func(t *testing.T) {
-		p := startPair(t, n)
+		p := startCLI(t, n, "pair")
 		a := phoneClaim(t, n, codeShown(t, p), "pixel")
-		apptest.WaitFor(t, 20*time.Second, "the approve hint", func() bool { return strings.Contains(p.stdout(), "meshtray approve "+a.ID) })
+		apptest.WaitFor(t, 20*time.Second, "the approve hint", func() bool { return strings.Contains(p.stdout.String(), "meshtray approve "+a.ID) })
 		ptCLI(t, n, "approve", a.ID, "--scopes", "node")
-		code, out, errs := p.result(t, 20*time.Second)
+		r := p.wait(t, 20*time.Second)
+		code, out, errs := r.Code, r.Stdout, r.Stderr
 		if code != 0 || !strings.Contains(out, "Paired with pixel: granted node") {
 			t.Fatalf("exit %d\n%s%s", code, out, errs)
 		}
 	})
 	t.Run("denied", func(t *testing.T) {
-		p := startPair(t, n)
+		p := startCLI(t, n, "pair")
 		a := phoneClaim(t, n, codeShown(t, p), "tablet")
-		apptest.WaitFor(t, 20*time.Second, "the deny hint", func() bool { return strings.Contains(p.stdout(), "meshtray deny "+a.ID) })
+		apptest.WaitFor(t, 20*time.Second, "the deny hint", func() bool { return strings.Contains(p.stdout.String(), "meshtray deny "+a.ID) })
 		ptCLI(t, n, "deny", a.ID)
-		code, out, errs := p.result(t, 20*time.Second)
+		r := p.wait(t, 20*time.Second)
+		code, out, errs := r.Code, r.Stdout, r.Stderr
 		if code == 0 || !strings.Contains(errs, "denied") {
 			t.Fatalf("exit %d\n%s%s", code, out, errs)
 		}
 	})
 	t.Run("ctrl-c", func(t *testing.T) {
-		p := startPair(t, n)
+		p := startCLI(t, n, "pair")
 		codeShown(t, p)
-		apptest.WaitFor(t, 20*time.Second, "the wait", func() bool { return strings.Contains(p.stdout(), "Waiting for a device") })
+		apptest.WaitFor(t, 20*time.Second, "the wait", func() bool { return strings.Contains(p.stdout.String(), "Waiting for a device") })
 		p.cmd.Process.Signal(syscall.SIGINT)
-		code, out, errs := p.result(t, 20*time.Second)
+		r := p.wait(t, 20*time.Second)
+		code, out, errs := r.Code, r.Stdout, r.Stderr
 		if code == 0 || !strings.Contains(errs, "stopped waiting") || strings.Contains(errs, "expired") {
 			t.Fatalf("after Ctrl-C: exit %d\n%s%s", code, out, errs)
 		}

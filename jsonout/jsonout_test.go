@@ -24,17 +24,17 @@ func (h htmlEscaping) MarshalJSON() ([]byte, error) {
 
 func TestMarshal(t *testing.T) {
 	t.Parallel()
+	// in is encoded; want is the JSON expected, to the letter.
 	tests := []struct {
-		name string
-		in   any
-		want string
+		name, want string
+		in         any
 	}{
-		{"html kept", map[string]string{"q": "<b>Tom & Jerry</b>"}, `{"q":"<b>Tom & Jerry</b>"}`},
-		{"nested marshaler undone", []any{htmlEscaping{"a<b>&c"}}, `[{"s":"a<b>&c"}]`},
-		{"the text \\u003c stays", map[string]string{"q": `\u003c`}, `{"q":"\\u003c"}`},
-		{"other escapes stay", map[string]string{"q": "tab\t\"q\" \u2028"}, `{"q":"tab\t\"q\" \u2028"}`},
-		{"raw message as sent", json.RawMessage(`{"a":"\u003c"}`), `{"a":"<"}`},
-		{"no trailing newline", 42, `42`},
+		{"html kept", `{"q":"<b>Tom & Jerry</b>"}`, map[string]string{"q": "<b>Tom & Jerry</b>"}},
+		{"nested marshaler undone", `[{"s":"a<b>&c"}]`, []any{htmlEscaping{"a<b>&c"}}},
+		{"the text \\u003c stays", `{"q":"\\u003c"}`, map[string]string{"q": `\u003c`}},
+		{"other escapes stay", `{"q":"tab\t\"q\" \u2028"}`, map[string]string{"q": "tab\t\"q\" \u2028"}},
+		{"raw message as sent", `{"a":"<"}`, json.RawMessage(`{"a":"\u003c"}`)},
+		{"no trailing newline", `42`, 42},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
