@@ -22,7 +22,7 @@ import (
 	"meshtray/jsonout"
 )
 
-// The outbound side (issue 4 §2): delegations this device sent to other
+// The outbound side: delegations this device sent to other
 // agents, followed in the node (where the held grants and agent tokens
 // are) and shown in one bounded view (GET /a2a/outbound, the tray).
 
