@@ -1,0 +1,7 @@
+//go:build unix
+
+package files
+
+import "syscall"
+
+var errDiskQuota error = syscall.EDQUOT

@@ -1,0 +1,547 @@
+package files
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults of Limits (zero fields take them).
+const (
+	DefaultMaxFileSize     = 16 << 30  // 16 GiB: a long video
+	DefaultMaxTransferSize = 64 << 30  // 64 GiB: a phone's camera roll
+	DefaultMaxFiles        = 1000      // a photo folder; more is refused up front
+	DefaultKeepFree        = 256 << 20 // 256 MiB left free after the transfer
+	DefaultMaxUploads      = 4         // concurrent PUTs per transfer
+	DefaultIdleTimeout     = 30 * time.Second
+)
+
+// Limits bound what one sender can make the receiver store or hold. Zero
+// fields take the defaults above; KeepFree < 0 means 0.
+type Limits struct {
+	MaxFileSize     int64 // bytes of one file
+	MaxTransferSize int64 // bytes of all files of a transfer
+	MaxFiles        int   // files of a transfer
+	// KeepFree is the free space (bytes) that must remain on the receive
+	// folder's file system once every active transfer is complete; Begin
+	// refuses a transfer that would leave less (ErrNoSpace).
+	KeepFree int64
+	// MaxUploads is how many PUTs of one transfer may run at once (429
+	// beyond).
+	MaxUploads int
+	// IdleTimeout ends a PUT whose body brings no byte for that long; what
+	// arrived is kept and the sender resumes.
+	IdleTimeout time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxFileSize <= 0 {
+		l.MaxFileSize = DefaultMaxFileSize
+	}
+	if l.MaxTransferSize <= 0 {
+		l.MaxTransferSize = DefaultMaxTransferSize
+	}
+	if l.MaxFiles <= 0 {
+		l.MaxFiles = DefaultMaxFiles
+	}
+	if l.KeepFree == 0 {
+		l.KeepFree = DefaultKeepFree
+	} else if l.KeepFree < 0 {
+		l.KeepFree = 0
+	}
+	if l.MaxUploads <= 0 {
+		l.MaxUploads = DefaultMaxUploads
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	return l
+}
+
+// Receiver owns a receive folder and the transfers announced into it. Every
+// path it touches goes through an os.Root opened on the folder, so neither a
+// name nor a symlink planted in the folder can lead a write outside it.
+type Receiver struct {
+	dir    string
+	root   *os.Root
+	limits Limits
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	transfers map[string]*Transfer // guarded by mu
+	closed    bool                 // guarded by mu
+	puts      sync.WaitGroup       // running PUTs; Close waits for them
+}
+
+// NewReceiver creates dir (0700, with parents) when missing and returns a
+// receiver for it. A nil logger discards.
+func NewReceiver(dir string, limits Limits, logger *slog.Logger) (*Receiver, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("files: receive folder: %w", err)
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, fmt.Errorf("files: receive folder: %w", err)
+	}
+	return &Receiver{dir: abs, root: root, limits: limits.withDefaults(), log: logger,
+		transfers: make(map[string]*Transfer)}, nil
+}
+
+// Dir is the absolute receive folder.
+func (r *Receiver) Dir() string { return r.dir }
+
+// Limits are the limits in force (defaults filled in).
+func (r *Receiver) Limits() Limits { return r.limits }
+
+// Close cancels every unfinished transfer (removing its partial files) and
+// releases the folder. A second Close returns ErrClosed.
+func (r *Receiver) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	r.closed = true
+	ts := make([]*Transfer, 0, len(r.transfers))
+	for _, t := range r.transfers {
+		ts = append(ts, t)
+	}
+	r.mu.Unlock()
+	for _, t := range ts {
+		t.fail(ErrClosed)
+	}
+	r.puts.Wait() // each removes its partial; they end with their body
+	return r.root.Close()
+}
+
+// validID reports whether a transfer ID is safe inside a file name: 1–64 of
+// [A-Za-z0-9_-] (a UUID, an A2A task ID).
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Begin announces a transfer: it checks every entry (names through
+// CleanPath, sizes and count against the limits, the SHA-256 form) and the
+// free space, and registers the transfer under id for the handler. Nothing is
+// written yet. sender is who may upload (matched against the handler's
+// senderOf; "" when the handler does not check). Errors: ErrBadManifest (id
+// or an entry malformed), ErrBadName, ErrTooMany, ErrTooLarge, ErrNoSpace,
+// ErrExists, ErrClosed.
+func (r *Receiver) Begin(id, sender string, m Manifest) (*Transfer, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("%w: transfer id must be 1-64 of [A-Za-z0-9_-]", ErrBadManifest)
+	}
+	l := r.limits
+	if len(m.Files) == 0 {
+		return nil, fmt.Errorf("%w: no files", ErrBadManifest)
+	}
+	if len(m.Files) > l.MaxFiles {
+		return nil, fmt.Errorf("%w: %d files, at most %d", ErrTooMany, len(m.Files), l.MaxFiles)
+	}
+	t := &Transfer{ID: id, Sender: sender, r: r, sem: make(chan struct{}, l.MaxUploads),
+		done: make(chan struct{}), files: make([]*recvFile, len(m.Files))}
+	var total int64
+	for i, e := range m.Files {
+		clean, err := CleanPath(e.Path)
+		if err != nil {
+			return nil, fmt.Errorf("file %d: %w", i, err)
+		}
+		if path.Base(e.Path) != e.Name {
+			return nil, fmt.Errorf("%w: file %d: path does not end in name", ErrBadManifest, i)
+		}
+		if e.Size < 0 {
+			return nil, fmt.Errorf("%w: file %d: negative size", ErrBadManifest, i)
+		}
+		if e.Size > l.MaxFileSize {
+			return nil, fmt.Errorf("%w: file %d: %d bytes, at most %d", ErrTooLarge, i, e.Size, l.MaxFileSize)
+		}
+		if err := checkSHA256(e.SHA256); err != nil {
+			return nil, fmt.Errorf("file %d: %w", i, err)
+		}
+		total += e.Size
+		if total > l.MaxTransferSize {
+			return nil, fmt.Errorf("%w: more than %d bytes in the transfer", ErrTooLarge, l.MaxTransferSize)
+		}
+		t.files[i] = &recvFile{entry: e, clean: clean,
+			partial: path.Join(path.Dir(clean), "."+id+"."+strconv.Itoa(i)+partialSuffix)}
+	}
+	t.remaining = len(t.files)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if _, ok := r.transfers[id]; ok {
+		return nil, ErrExists
+	}
+	need := uint64(total) + uint64(l.KeepFree)
+	for _, o := range r.transfers {
+		need += uint64(o.pendingBytes())
+	}
+	free, err := freeSpace(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("files: free space: %w", err)
+	}
+	if free < need {
+		return nil, fmt.Errorf("%w: %d bytes needed (with %d kept free), %d available", ErrNoSpace, need, l.KeepFree, free)
+	}
+	r.transfers[id] = t
+	return t, nil
+}
+
+// Transfer returns the registered transfer id (ErrNotFound).
+func (r *Receiver) Transfer(id string) (*Transfer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.transfers[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return t, nil
+}
+
+// Forget drops a finished transfer from the table (the handler then answers
+// 404 for it). An unfinished one is cancelled first.
+func (r *Receiver) Forget(id string) {
+	r.mu.Lock()
+	t := r.transfers[id]
+	delete(r.transfers, id)
+	r.mu.Unlock()
+	if t != nil {
+		t.Cancel()
+	}
+}
+
+// Transfer is one announced transfer. Its files arrive through the handler.
+type Transfer struct {
+	ID     string
+	Sender string
+
+	r    *Receiver
+	sem  chan struct{} // one slot per running PUT
+	done chan struct{} // closed when every file is saved or the transfer failed
+
+	mu        sync.Mutex
+	files     []*recvFile // fixed at Begin; their mutable fields guarded by mu
+	remaining int         // files not saved yet; guarded by mu
+	err       error       // why it failed; guarded by mu
+}
+
+// recvFile is one file of a transfer. At most one PUT works on it at a
+// time: the one that set busy (under Transfer.mu). f, h and the writes of
+// offset and saved belong to that PUT; offset and saved are also guarded by
+// Transfer.mu for readers.
+type recvFile struct {
+	entry   Entry
+	clean   string // CleanPath(entry.Path)
+	partial string // temporary name, root-relative
+
+	busy bool // guarded by Transfer.mu
+
+	f      *os.File
+	h      hash.Hash // SHA-256 of exactly the first offset bytes
+	offset int64     // bytes written and fsynced
+	saved  *Saved
+}
+
+// FileStatus is the receiving state of one file.
+type FileStatus struct {
+	Index  int    `json:"index"`
+	Path   string `json:"path"`   // as sent
+	Size   int64  `json:"size"`   // as announced
+	Offset int64  `json:"offset"` // bytes safely on disk
+	Saved  *Saved `json:"saved,omitempty"`
+}
+
+// Status is a transfer's state: every file, and the error if it failed.
+type Status struct {
+	ID    string       `json:"id"`
+	Files []FileStatus `json:"files"`
+	Done  bool         `json:"done"`
+	Error string       `json:"error,omitempty"`
+}
+
+// Status returns a snapshot.
+func (t *Transfer) Status() Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Status{ID: t.ID, Files: make([]FileStatus, len(t.files))}
+	for i, f := range t.files {
+		s.Files[i] = FileStatus{Index: i, Path: f.entry.Path, Size: f.entry.Size, Offset: f.offset}
+		if f.saved != nil {
+			c := *f.saved
+			s.Files[i].Saved = &c
+		}
+	}
+	select {
+	case <-t.done:
+		s.Done = true
+	default:
+	}
+	if t.err != nil {
+		s.Error = t.err.Error()
+	}
+	return s
+}
+
+// pendingBytes is what the transfer may still write; called with r.mu held.
+func (t *Transfer) pendingBytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return 0
+	}
+	var n int64
+	for _, f := range t.files {
+		if f.saved == nil {
+			n += f.entry.Size - f.offset
+		}
+	}
+	return n
+}
+
+// Done is closed when every file is saved or the transfer failed.
+func (t *Transfer) Done() <-chan struct{} { return t.done }
+
+// Wait blocks until Done or ctx ends, and returns the result: every file
+// saved, or the transfer's error (files saved before a failure stay, listed
+// in the result).
+func (t *Transfer) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	res := Result{Dir: t.r.dir}
+	for _, f := range t.files {
+		if f.saved != nil {
+			res.Files = append(res.Files, *f.saved)
+		}
+	}
+	return res, t.err
+}
+
+// Cancel ends an unfinished transfer: partial files are removed, further
+// uploads get 410. Files already saved stay.
+func (t *Transfer) Cancel() { t.fail(ErrTransferEnded) }
+
+// fail ends the transfer with err unless it already ended, removing every
+// partial file no PUT is working on; a running PUT removes its own when it
+// ends (release).
+func (t *Transfer) fail(err error) {
+	t.mu.Lock()
+	select {
+	case <-t.done:
+		t.mu.Unlock()
+		return
+	default:
+	}
+	t.err = err
+	close(t.done)
+	var idle []*recvFile
+	for _, f := range t.files {
+		if !f.busy {
+			f.busy = true // for good: no PUT starts on a failed transfer
+			idle = append(idle, f)
+		}
+	}
+	t.mu.Unlock()
+	for _, f := range idle {
+		t.dropPartial(f)
+	}
+	t.r.log.Info("files: transfer failed", "transfer", t.ID, "err", err)
+}
+
+// acquire makes the calling PUT the one working on f: ErrBusy when another
+// is, the transfer's error when it failed.
+func (t *Transfer) acquire(f *recvFile) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.endedLocked(); err != nil {
+		return err
+	}
+	if f.busy {
+		return ErrBusy
+	}
+	f.busy = true
+	return nil
+}
+
+// release ends the calling PUT's work on f, removing the partial when the
+// transfer failed meanwhile.
+func (t *Transfer) release(f *recvFile) {
+	t.mu.Lock()
+	f.busy = false
+	failed := t.err != nil
+	if failed {
+		f.busy = true
+	}
+	t.mu.Unlock()
+	if failed {
+		t.dropPartial(f)
+	}
+}
+
+// dropPartial closes and removes a file's partial; the caller owns f (busy).
+func (t *Transfer) dropPartial(f *recvFile) {
+	if f.f != nil {
+		f.f.Close()
+		f.f = nil
+	}
+	if f.saved == nil {
+		if err := t.r.root.Remove(f.partial); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.r.log.Warn("files: removing partial", "transfer", t.ID, "err", err)
+		}
+	}
+}
+
+// ended returns the transfer's error, nil while it runs or once complete.
+// A failure the sender caused (a lie: ErrSizeMismatch, ErrHashMismatch) or
+// a full disk keeps its sentinel; every other failure also wraps
+// ErrTransferEnded (410), so a sender stops instead of retrying it.
+func (t *Transfer) ended() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.endedLocked()
+}
+
+func (t *Transfer) endedLocked() error {
+	switch err := t.err; {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrTransferEnded), errors.Is(err, ErrSizeMismatch),
+		errors.Is(err, ErrHashMismatch), errors.Is(err, ErrNoSpace):
+		return err
+	default:
+		return fmt.Errorf("%w: %w", ErrTransferEnded, err)
+	}
+}
+
+// open opens (creating) the partial of f; the caller owns f.
+func (t *Transfer) open(f *recvFile) error {
+	if f.f != nil {
+		return nil
+	}
+	if d := path.Dir(f.clean); d != "." {
+		if err := t.r.root.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	fl, err := t.r.root.OpenFile(f.partial, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	f.f = fl
+	f.h = sha256.New()
+	return nil
+}
+
+// finish verifies a fully received file and gives it its final name; the
+// caller owns f.
+func (t *Transfer) finish(f *recvFile) (*Saved, error) {
+	sum := hex.EncodeToString(f.h.Sum(nil))
+	if sum != f.entry.SHA256 {
+		return nil, ErrHashMismatch
+	}
+	if err := f.f.Close(); err != nil {
+		return nil, err
+	}
+	f.f = nil
+	final, err := t.place(f.partial, f.clean)
+	if err != nil {
+		return nil, err
+	}
+	s := &Saved{Path: final, Size: f.entry.Size, MediaType: f.entry.MediaType, SHA256: sum}
+	t.mu.Lock()
+	f.saved = s
+	t.remaining--
+	last := t.remaining == 0 && t.err == nil
+	if last {
+		close(t.done)
+	}
+	t.mu.Unlock()
+	if last {
+		t.r.log.Info("files: transfer complete", "transfer", t.ID, "files", len(t.files))
+	}
+	return s, nil
+}
+
+// maxNumbered bounds the "name (k).ext" search.
+const maxNumbered = 10000
+
+// place gives partial the name want, or the first free "name (k).ext",
+// never replacing an existing file: a hard link fails when the name exists
+// (EEXIST, atomic on every local file system), then the partial name is
+// removed. On a file system without hard links (FAT, some network shares)
+// it reserves the name with O_CREATE|O_EXCL and renames onto that
+// reservation.
+func (t *Transfer) place(partial, want string) (string, error) {
+	root := t.r.root
+	dir, base := path.Split(want)
+	for k := 0; k <= maxNumbered; k++ {
+		name := want
+		if k > 0 {
+			name = dir + numbered(base, k)
+		}
+		err := root.Link(partial, name)
+		if err == nil {
+			if err := root.Remove(partial); err != nil {
+				t.r.log.Warn("files: removing partial name", "transfer", t.ID, "err", err)
+			}
+			return name, nil
+		}
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		// No hard links here: reserve the name, then rename onto it.
+		rf, err2 := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err2, fs.ErrExist) {
+			continue
+		}
+		if err2 != nil {
+			return "", fmt.Errorf("files: naming %q: %w (link: %v)", name, err2, err)
+		}
+		rf.Close()
+		if err := root.Rename(partial, name); err != nil {
+			root.Remove(name)
+			return "", fmt.Errorf("files: naming %q: %w", name, err)
+		}
+		return name, nil
+	}
+	return "", fmt.Errorf("files: %q: %d numbered names taken", want, maxNumbered)
+}
+
+// isNoSpace reports a full disk or quota.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, errDiskQuota)
+}

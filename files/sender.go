@@ -1,0 +1,410 @@
+package files
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Source is one local file to send: its manifest entry and where it is.
+type Source struct {
+	Entry Entry
+	Path  string // local path
+}
+
+// Sources builds the sources for paths, hashing every file (one read of
+// each). A file is sent under its base name; a folder as its regular files,
+// each under "folder/relative/path" (symlinks and special files are
+// skipped). Media types come from the extension (mime.TypeByExtension).
+func Sources(paths ...string) ([]Source, error) {
+	var out []Source
+	add := func(local, rel string) error {
+		e, err := entryOf(local, rel)
+		if err != nil {
+			return err
+		}
+		out = append(out, Source{Entry: e, Path: local})
+		return nil
+	}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		base := filepath.Base(filepath.Clean(p))
+		if !fi.IsDir() {
+			if err := add(p, base); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		err = filepath.WalkDir(p, func(local string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			rel, err := filepath.Rel(p, local)
+			if err != nil {
+				return err
+			}
+			return add(local, base+"/"+filepath.ToSlash(rel))
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func entryOf(local, rel string) (Entry, error) {
+	f, err := os.Open(local)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return Entry{}, err
+	}
+	mt := mime.TypeByExtension(path.Ext(rel))
+	if mt != "" {
+		if t, _, err := mime.ParseMediaType(mt); err == nil {
+			mt = t
+		}
+	}
+	return Entry{Name: path.Base(rel), Path: rel, Size: n, MediaType: mt,
+		SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// ManifestOf is the manifest announcing srcs.
+func ManifestOf(srcs []Source) Manifest {
+	m := Manifest{Files: make([]Entry, len(srcs))}
+	for i, s := range srcs {
+		m.Files[i] = s.Entry
+	}
+	return m
+}
+
+// Progress is reported while sending. Done and Total count every file of
+// the upload; FileDone and FileTotal the file Index. After a resume FileDone
+// restarts at the receiver's offset, so Done may step back.
+type Progress struct {
+	Index               int
+	FileDone, FileTotal int64
+	Done, Total         int64
+}
+
+// NewTransport returns an HTTP transport for uploads over tlsConf (for a
+// paired peer: pairing.PinnedTLSConfig(fp)): large write buffers (a TLS
+// record per write, not one per 4 KiB), HTTP/1.1 with one connection per
+// concurrent upload, and timeouts on dialling, the handshake and the
+// response header.
+func NewTransport(tlsConf *tls.Config) *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:       tlsConf,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second, // the receiver fsyncs and hashes before answering
+		IdleConnTimeout:       30 * time.Second,
+		MaxIdleConnsPerHost:   DefaultMaxUploads,
+		WriteBufferSize:       bufSize,
+		ReadBufferSize:        16 << 10,
+	}
+}
+
+// Client sends files to one receiver.
+type Client struct {
+	// HTTP carries the requests; build it on NewTransport with the peer's
+	// pinned TLS config. The app's grant (Authorization) is its business: a
+	// RoundTripper wrapper, or Header below.
+	HTTP *http.Client
+	// BaseURL is the receiver's origin ("https://host:port"); requests go to
+	// BaseURL + Prefix + transfer + "/" + index.
+	BaseURL string
+	// Header is added to every request (e.g. Authorization).
+	Header http.Header
+	// Concurrency is how many files upload at once (default 2, at most
+	// DefaultMaxUploads).
+	Concurrency int
+	// Retries is how many times one file is resumed after a failed attempt
+	// (cut connection, timeout, 5xx, 409, 429) before Upload gives up
+	// (default 8). Backoff doubles from 200 ms up to 5 s.
+	Retries int
+	// IdleTimeout aborts an attempt whose body has not moved for that long
+	// (default DefaultIdleTimeout); the next attempt resumes.
+	IdleTimeout time.Duration
+	// Progress, when set, is called (serialised) at most once per MiB per
+	// file and at the end of every file.
+	Progress func(Progress)
+	Logger   *slog.Logger
+}
+
+// StatusError is a refusal by the receiver: the HTTP status and its message.
+type StatusError struct {
+	Code    int
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("files: receiver answered %d: %s", e.Code, e.Message)
+}
+
+// Is maps the statuses of the package doc back to the sentinels.
+func (e *StatusError) Is(target error) bool {
+	switch e.Code {
+	case http.StatusNotFound:
+		return target == ErrNotFound
+	case http.StatusUnprocessableEntity:
+		return target == ErrSizeMismatch && strings.Contains(e.Message, ErrSizeMismatch.Error()) ||
+			target == ErrHashMismatch && strings.Contains(e.Message, ErrHashMismatch.Error())
+	case http.StatusRequestEntityTooLarge:
+		return target == ErrSizeMismatch
+	case http.StatusInsufficientStorage:
+		return target == ErrNoSpace
+	case http.StatusGone:
+		return target == ErrTransferEnded
+	}
+	return false
+}
+
+// retryable: cut, overloaded, busy or behind; everything else is final.
+func retryable(err error) bool {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Code == http.StatusConflict || se.Code == http.StatusTooManyRequests || se.Code >= 500 && se.Code != http.StatusInsufficientStorage
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
+// Upload sends srcs as the transfer id the receiver announced with
+// ManifestOf(srcs) (Receiver.Begin), file by file, each resumed from the
+// receiver's offset after a failure, and returns what the receiver saved,
+// in srcs order. The first file that fails for good cancels the rest.
+func (c *Client) Upload(ctx context.Context, id string, srcs []Source) ([]Saved, error) {
+	conc := c.Concurrency
+	if conc <= 0 {
+		conc = 2
+	}
+	conc = min(conc, DefaultMaxUploads, max(len(srcs), 1))
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p := &progress{fn: c.Progress, done: make([]int64, len(srcs))}
+	for _, s := range srcs {
+		p.total += s.Entry.Size
+	}
+	saved := make([]Saved, len(srcs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for i := range next {
+				s, err := c.uploadFile(ctx, id, i, srcs[i], p)
+				if err != nil {
+					cancel(fmt.Errorf("file %d (%s): %w", i, srcs[i].Entry.Path, err))
+					continue
+				}
+				saved[i] = *s
+			}
+		})
+	}
+feed:
+	for i := range srcs {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return saved, nil
+}
+
+func (c *Client) fileURL(id string, i int) string {
+	return strings.TrimSuffix(c.BaseURL, "/") + Prefix + id + "/" + strconv.Itoa(i)
+}
+
+func (c *Client) uploadFile(ctx context.Context, id string, i int, s Source, p *progress) (*Saved, error) {
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	retries := c.Retries
+	if retries <= 0 {
+		retries = 8
+	}
+	wait := 200 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		saved, err := c.attempt(ctx, c.fileURL(id, i), i, f, s.Entry.Size, p)
+		if err == nil {
+			return saved, nil
+		}
+		if !retryable(err) || attempt >= retries || ctx.Err() != nil {
+			return nil, err
+		}
+		if c.Logger != nil {
+			c.Logger.Info("files: upload interrupted, resuming", "file", i, "attempt", attempt+1, "err", err)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	for k, v := range c.Header {
+		req.Header[k] = v
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
+}
+
+// attempt asks the receiver's offset and sends the rest of the file from it.
+func (c *Client) attempt(ctx context.Context, url string, i int, f *os.File, size int64, p *progress) (*Saved, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, &StatusError{Code: resp.StatusCode, Message: resp.Status}
+	}
+	off, err := strconv.ParseInt(resp.Header.Get("Upload-Offset"), 10, 64)
+	if err != nil || off < 0 || off > size {
+		return nil, fmt.Errorf("files: bad Upload-Offset %q", resp.Header.Get("Upload-Offset"))
+	}
+	p.set(i, off, size)
+
+	idle := c.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	watchdog := time.AfterFunc(idle, stop)
+	defer watchdog.Stop()
+	body := &countingReader{r: io.NewSectionReader(f, off, size-off), on: func(n int64) {
+		watchdog.Reset(idle)
+		p.add(i, n, size)
+	}}
+	var rd io.Reader = body
+	if size == off {
+		rd = http.NoBody
+	}
+	req, err = http.NewRequestWithContext(actx, http.MethodPut, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = size - off
+	if size > off {
+		req.Header.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, size-1, size))
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err = c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	switch resp.StatusCode {
+	case http.StatusCreated:
+		var s Saved
+		if err := json.Unmarshal(msg, &s); err != nil {
+			return nil, fmt.Errorf("files: bad answer: %w", err)
+		}
+		p.set(i, size, size)
+		return &s, nil
+	case http.StatusNoContent:
+		return nil, &StatusError{Code: http.StatusConflict, Message: "receiver kept a prefix only"}
+	}
+	var eb errorBody
+	if json.Unmarshal(msg, &eb) == nil && eb.Error != "" {
+		return nil, &StatusError{Code: resp.StatusCode, Message: eb.Error}
+	}
+	return nil, &StatusError{Code: resp.StatusCode, Message: resp.Status}
+}
+
+type countingReader struct {
+	r  io.Reader
+	on func(int64)
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if n > 0 {
+		c.on(int64(n))
+	}
+	return n, err
+}
+
+// progress serialises Progress calls and keeps the per-file counts.
+type progress struct {
+	fn    func(Progress)
+	total int64
+
+	mu       sync.Mutex
+	done     []int64 // guarded by mu
+	sum      int64   // guarded by mu
+	reported []int64 // guarded by mu: done[i] at the last report
+}
+
+func (p *progress) set(i int, v, size int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sum += v - p.done[i]
+	p.done[i] = v
+	p.reportLocked(i, size, true)
+}
+
+func (p *progress) add(i int, n, size int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done[i] += n
+	p.sum += n
+	p.reportLocked(i, size, false)
+}
+
+func (p *progress) reportLocked(i int, size int64, force bool) {
+	if p.fn == nil {
+		return
+	}
+	if p.reported == nil {
+		p.reported = make([]int64, len(p.done))
+	}
+	if !force && p.done[i]-p.reported[i] < 1<<20 && p.done[i] != size {
+		return
+	}
+	p.reported[i] = p.done[i]
+	p.fn(Progress{Index: i, FileDone: p.done[i], FileTotal: size, Done: p.sum, Total: p.total})
+}
