@@ -37,6 +37,9 @@ go test -count=1 -run '^TestBenchDiscovery' -v -timeout 30m ./mesh | grep -v -e 
 section "Hostile: owner's status latency and the node's RSS/fds under floods from a local attacker"
 go test -count=1 -run '^TestBenchHostile$' -v -timeout 20m ./app | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
 
+section "Files: sender -> receiver over pinned TLS vs curl -T to a bare Go HTTPS server (1 GiB, MB/s, peak RSS)"
+go test -count=1 -run '^TestBenchReport$' -v -timeout 20m ./files | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
+
 if [ -x .ci/bench-tray.sh ]; then
   section "Tray: idle CPU, RSS, registration, popup latency vs bare systray"
   .ci/bench-tray.sh

@@ -221,30 +221,41 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 	buf := *bp
 	var got int64
 	var rerr error
-	for got < want {
+	var lastDeadline time.Time
+	for got < want && rerr == nil {
 		select {
 		case <-t.done:
 			return nil, t.ended() // cancelled meanwhile; release removes the partial
 		default:
 		}
-		rc.SetReadDeadline(time.Now().Add(idle))
+		// Fill the buffer (a TLS read yields one record, at most 16 KiB)
+		// so each write and hash call takes 256 KiB; the idle deadline is
+		// pushed at most once a second.
 		n := len(buf)
 		if rem := want - got; rem < int64(n) {
 			n = int(rem)
 		}
-		m, err := req.Body.Read(buf[:n])
+		m := 0
+		for m < n {
+			if now := time.Now(); now.Sub(lastDeadline) > time.Second {
+				rc.SetReadDeadline(now.Add(idle))
+				lastDeadline = now
+			}
+			k, err := req.Body.Read(buf[m:n])
+			m += k
+			if err != nil {
+				if err != io.EOF || got+int64(m) < want {
+					rerr = err
+				}
+				break
+			}
+		}
 		if m > 0 {
 			if _, werr := f.f.Write(buf[:m]); werr != nil {
 				return nil, h.writeFailed(t, f, werr)
 			}
 			f.h.Write(buf[:m])
 			got += int64(m)
-		}
-		if err != nil {
-			if err != io.EOF || got < want {
-				rerr = err
-			}
-			break
 		}
 	}
 	if rerr == nil {
