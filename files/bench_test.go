@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -135,13 +134,6 @@ func (c *child) stop(t *testing.T) int64 {
 		t.Fatalf("child: %v", err)
 	}
 	return maxRSS(c.cmd.ProcessState)
-}
-
-func maxRSS(ps *os.ProcessState) int64 {
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss << 10 // KiB on Linux
-	}
-	return -1
 }
 
 func lastLine(out, prefix string) string {

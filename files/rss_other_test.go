@@ -1,0 +1,7 @@
+//go:build !linux
+
+package files
+
+import "os"
+
+func maxRSS(*os.ProcessState) int64 { return -1 }
