@@ -1,7 +1,6 @@
 package files
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"meshtray/jsonout"
 )
 
 // Prefix is where Handler serves: /files/{transfer}[/{index}].
@@ -344,9 +345,4 @@ func writeError(w http.ResponseWriter, err error, offset int64) {
 	writeJSON(w, code, body)
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, code int, v any) { jsonout.Write(w, code, v) }
