@@ -1,6 +1,7 @@
 package files
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -222,6 +223,11 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 	buf := *bp
 	var got int64
 	var rerr error
+	// A cancel or a failure elsewhere wakes a Read blocked on a stalled
+	// body; the deadline set in the loop below is always followed by a
+	// look at t.done, so the wake-up is never overwritten unseen.
+	stopWake := context.AfterFunc(t.wake, func() { rc.SetReadDeadline(time.Now()) })
+	defer stopWake()
 	var lastDeadline time.Time
 	for got < want && rerr == nil {
 		select {
@@ -241,6 +247,11 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 			if now := time.Now(); now.Sub(lastDeadline) > time.Second {
 				rc.SetReadDeadline(now.Add(idle))
 				lastDeadline = now
+				select {
+				case <-t.done:
+					return nil, t.ended()
+				default:
+				}
 			}
 			k, err := req.Body.Read(buf[m:n])
 			m += k

@@ -167,6 +167,7 @@ func (r *Receiver) Begin(id, sender string, m Manifest) (*Transfer, error) {
 	}
 	t := &Transfer{ID: id, Sender: sender, r: r, sem: make(chan struct{}, l.MaxUploads),
 		done: make(chan struct{}), files: make([]*recvFile, len(m.Files))}
+	t.wake, t.end = context.WithCancel(context.Background())
 	var total int64
 	for i, e := range m.Files {
 		clean, err := CleanPath(e.Path)
@@ -248,6 +249,9 @@ type Transfer struct {
 	r    *Receiver
 	sem  chan struct{} // one slot per running PUT
 	done chan struct{} // closed when every file is saved or the transfer failed
+	// wake is cancelled right after done closes; running PUTs wake on it.
+	wake context.Context
+	end  context.CancelFunc
 
 	mu        sync.Mutex
 	files     []*recvFile // fixed at Begin; their mutable fields guarded by mu
@@ -368,6 +372,7 @@ func (t *Transfer) fail(err error) {
 	}
 	t.err = err
 	close(t.done)
+	t.end()
 	var idle []*recvFile
 	for _, f := range t.files {
 		if !f.busy {
@@ -488,6 +493,7 @@ func (t *Transfer) finish(f *recvFile) (*Saved, error) {
 	last := t.remaining == 0 && t.err == nil
 	if last {
 		close(t.done)
+		t.end()
 	}
 	t.mu.Unlock()
 	if last {

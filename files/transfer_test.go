@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -185,9 +186,16 @@ func TestHostileNames(t *testing.T) {
 	}
 	srcs[0].Entry.Path = "link/x"
 	srcs[0].Entry.Name = "x"
+	counter := &requestCounter{rt: fx.client.HTTP.Transport}
+	fx.client.HTTP = &http.Client{Transport: counter}
 	_, err = fx.send(t, "sym", srcs)
 	if err == nil {
 		t.Error("upload through a symlink out of the folder succeeded")
+	}
+	// The failed transfer answers 410 from then on: the sender stops after
+	// one look instead of retrying a refusal.
+	if n := counter.n.Load(); n > 3 {
+		t.Errorf("sender made %d requests for a refused upload", n)
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 		t.Errorf("wrote outside the folder: %v", ents)
@@ -415,14 +423,19 @@ func TestCancelMidUpload(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	tr.Cancel()
-	go func() {
-		pw.Write(data[4096:])
+	// The body stalls (the sender sends nothing more); the receiver must
+	// not wait for its idle timeout to end the PUT.
+	select {
+	case code := <-done:
+		if code != http.StatusGone && code != -1 {
+			t.Errorf("PUT after cancel: %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the PUT of a cancelled transfer kept waiting for its stalled body")
 		pw.Close()
-	}()
-	if code := <-done; code != http.StatusGone && code != -1 {
-		t.Errorf("PUT after cancel: %d", code)
+		<-done
 	}
-	pr.Close()
+	pw.Close()
 	fx.r.puts.Wait()
 	if p := partials(t, fx.dir); len(p) != 0 {
 		t.Errorf("partial left: %v", p)
@@ -430,4 +443,14 @@ func TestCancelMidUpload(t *testing.T) {
 	if _, err := tr.Wait(context.Background()); !errors.Is(err, ErrTransferEnded) {
 		t.Errorf("Wait: %v", err)
 	}
+}
+
+type requestCounter struct {
+	rt http.RoundTripper
+	n  atomic.Int32
+}
+
+func (c *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(req)
 }
