@@ -78,6 +78,9 @@ type controller struct {
 // uiOpener opens windows in the UI process.
 type uiOpener interface {
 	open(ctx context.Context, r app.UIRequest) error
+	// missing is the path of the UI process's executable when it is
+	// missing, else "".
+	missing() string
 }
 
 func (c *controller) run(ctx context.Context) {
@@ -208,6 +211,7 @@ func (c *controller) refresh(ctx context.Context) {
 		}
 	}
 	c.status = s.Status
+	s.UIMissing = c.ui.missing()
 	if c.autostart != nil {
 		on, err := c.autostart.Enabled()
 		s.Autostart, s.AutostartOK = on, err == nil

@@ -172,6 +172,8 @@ func (u recordUI) open(ctx context.Context, r app.UIRequest) error {
 	return u.api.OpenUI(ctx, r)
 }
 
+func (u recordUI) missing() string { return "" }
+
 type fakeAutostart struct{ on bool }
 
 func (a *fakeAutostart) Enabled() (bool, error) { return a.on, nil }
