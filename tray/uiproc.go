@@ -22,9 +22,13 @@ import (
 const UIProgram = "meshtray-ui"
 
 // uiProgramPath is the window process's executable next to exe (the
-// tray's own, os.Executable): same directory, same extension.
+// tray's own, os.Executable): same directory, ".exe" on Windows.
 func uiProgramPath(exe string) string {
-	return filepath.Join(filepath.Dir(exe), UIProgram+filepath.Ext(exe))
+	name := UIProgram
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	return filepath.Join(filepath.Dir(exe), name)
 }
 
 // uiArgv is the command line of the window process for the node of cfg.
