@@ -163,10 +163,13 @@ func TestMissingUIInMenuAndLog(t *testing.T) {
 	if _, err := c.SetA2A(context.Background(), true); err != nil {
 		t.Fatal(err) // a change notice, so the tray renders again
 	}
+	// The menu in its final state (A2A on, no missing item): no render
+	// after it renumbers the items under the click below.
 	d.Watcher.waitMenu(t, it, 10*time.Second, "no missing-meshtray-ui item", func(m menuNode) bool {
-		_, gone := m.item(uiMissingLabel(missing))
-		_, quit := m.item(labelQuit)
-		return quit && !gone
+		_, there := m.item(uiMissingLabel(missing))
+		pub, ok := m.item(labelPublish)
+		_, line := m.item("A2A on · not reachable from other devices")
+		return ok && pub.ToggleState == 1 && line && !there
 	})
 	d.Watcher.clickLabel(t, it, labelDevices)
 	waitWindow(t, d, "Devices", 30*time.Second)
