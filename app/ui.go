@@ -20,7 +20,7 @@ import (
 	"meshtray/pairing"
 )
 
-// EventUI tells the UI process (`meshtray ui`) that the tray queued a window
+// EventUI tells the UI process (meshtray-ui) that the tray queued a window
 // to open (GET /events).
 const EventUI EventType = "ui"
 

@@ -9,6 +9,10 @@ import (
 // Version is meshtray's version, set at link time (-X meshtray/app.Version=...).
 var Version = "dev"
 
+// AppID is meshtray's application ID (FyneApp.toml): the autostart entry's
+// name and the window process's Fyne app ID.
+const AppID = "io.meshtray.app"
+
 // Status is the node at a glance (GET /status): what the tray menu renders.
 type Status struct {
 	Name        string    `json:"name"`

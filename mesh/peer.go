@@ -28,6 +28,20 @@ const (
 	SourceManual    Source = "manual"
 )
 
+// Label is the source as the tray's menu and windows name it to a person:
+// "LAN" (mDNS), "tailnet", "added by hand"; an unknown source as it is.
+func (s Source) Label() string {
+	switch s {
+	case SourceMDNS:
+		return "LAN"
+	case SourceTailscale:
+		return "tailnet"
+	case SourceManual:
+		return "added by hand"
+	}
+	return string(s)
+}
+
 // Peer is one row of the merged peer table, keyed by device ID.
 type Peer struct {
 	ID       string              `json:"id"`

@@ -17,7 +17,9 @@ import (
 
 // Timing of the tray's event loop.
 const (
-	// debounce gathers the change notices of one burst into one render.
+	// debounce gathers the change notices of one burst into one render
+	// after the burst's first (rendered at once): at most one render per
+	// debounce.
 	debounce = 80 * time.Millisecond
 	// callTimeout bounds one control-API call (loopback).
 	callTimeout = 10 * time.Second
@@ -78,6 +80,9 @@ type controller struct {
 // uiOpener opens windows in the UI process.
 type uiOpener interface {
 	open(ctx context.Context, r app.UIRequest) error
+	// missing is the path of the UI process's executable when it is
+	// missing, else "".
+	missing() string
 }
 
 func (c *controller) run(ctx context.Context) {
@@ -89,6 +94,7 @@ func (c *controller) run(ctx context.Context) {
 	}()
 	defer func() { <-done }()
 	c.refresh(ctx)
+	last := time.Now() // of the last refresh
 	var timer *time.Timer
 	var fire <-chan time.Time
 	for {
@@ -99,16 +105,27 @@ func (c *controller) run(ctx context.Context) {
 			}
 			return
 		case <-wake:
-			if timer == nil {
-				timer = time.NewTimer(debounce)
-				fire = timer.C
+			// The first notice after a quiet spell renders at once (a new
+			// approval's popup waits for no timer); the rest of its burst
+			// is gathered into one render debounce later.
+			if timer != nil {
+				break
 			}
+			if wait := debounce - time.Since(last); wait > 0 {
+				timer = time.NewTimer(wait)
+				fire = timer.C
+				break
+			}
+			c.refresh(ctx)
+			last = time.Now()
 		case <-fire:
 			timer, fire = nil, nil
 			c.refresh(ctx)
+			last = time.Now()
 		case a := <-c.clicks:
 			c.handle(ctx, a)
 			c.refresh(ctx)
+			last = time.Now()
 		}
 	}
 }
@@ -208,10 +225,13 @@ func (c *controller) refresh(ctx context.Context) {
 		}
 	}
 	c.status = s.Status
+	s.UIMissing = c.ui.missing()
 	if c.autostart != nil {
 		on, err := c.autostart.Enabled()
 		s.Autostart, s.AutostartOK = on, err == nil
 	}
+	// New approvals first: their popup starts before the menu's rebuild.
+	c.announce(ctx, approvals)
 	m := buildMenu(s)
 	if c.last == nil || !reflect.DeepEqual(*c.last, m) {
 		c.menu.render(ctx, m)
@@ -221,7 +241,6 @@ func (c *controller) refresh(ctx context.Context) {
 			c.settled = nil
 		}
 	}
-	c.announce(ctx, approvals)
 	if questionsOK {
 		c.announceQuestions(ctx, waiting)
 	}

@@ -79,6 +79,25 @@ func TestBuildMenu(t *testing.T) {
 	if sub[maxMenuPeers].Label != "and 5 more" || sub[len(sub)-1].Label != labelAllPeers {
 		t.Errorf("submenu tail: %q %q", sub[maxMenuPeers].Label, sub[len(sub)-1].Label)
 	}
+
+	// A missing meshtray-ui: two disabled items under the status line,
+	// naming the file and how to get it; the rest of the menu unchanged.
+	full := buildMenu(snapshot{Status: base}).items()
+	items := buildMenu(snapshot{Status: base, UIMissing: "/opt/meshtray/meshtray-ui"}).items()
+	if len(items) != len(full)+2 {
+		t.Fatalf("%d items with meshtray-ui missing, want %d", len(items), len(full)+2)
+	}
+	if it := items[2]; it.Label != "No windows: /opt/meshtray/meshtray-ui is missing" || !it.Disabled {
+		t.Errorf("missing item %+v", it)
+	}
+	if it := items[3]; !strings.HasPrefix(it.Label, "Get it: ") || !strings.Contains(it.Label, "make build") || !it.Disabled {
+		t.Errorf("hint item %+v", it)
+	}
+	for i := range full[2:] {
+		if items[i+4].Label != full[i+2].Label {
+			t.Errorf("item %d: %q, want %q", i+4, items[i+4].Label, full[i+2].Label)
+		}
+	}
 }
 
 // fakeAPI is the control API as the tray sees it, in memory.
@@ -171,6 +190,8 @@ type recordUI struct {
 func (u recordUI) open(ctx context.Context, r app.UIRequest) error {
 	return u.api.OpenUI(ctx, r)
 }
+
+func (u recordUI) missing() string { return "" }
 
 type fakeAutostart struct{ on bool }
 

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"fyne.io/fyne/v2/theme"
 	"github.com/godbus/dbus/v5"
 
 	"meshtray/app"
@@ -374,11 +373,12 @@ func (p *trayProc) Logs() string {
 	return p.logs.String()
 }
 
-// startTrayCmd starts the tray child (wrap lets a test run it in a network
-// namespace: the argv prefix before the program).
+// startTrayCmd starts the tray child, trayExe: its windows are the real
+// meshtray-ui next to it (wrap lets a test run it in a network namespace:
+// the argv prefix before the program).
 func startTrayCmd(t *testing.T, env []string, stateDir string, wrap []string, args ...string) *trayProc {
 	t.Helper()
-	argv := append(append(append([]string{}, wrap...), os.Args[0],
+	argv := append(append(append([]string{}, wrap...), trayExe(t),
 		"--state-dir", stateDir, "--port", "0", "--keychain", "file", "--name", "test-laptop", "--log-level", "debug"), args...)
 	return startProc(t, "tray", env, stateDir, argv)
 }
@@ -727,8 +727,10 @@ const minButtonPx = 600
 // returns its centre and its size in pixels.
 func findPrimary(img image.Image) (x, y, px int) {
 	// The default theme's primary colour, the same in both variants (the
-	// UI process runs with no user theme settings here).
-	want := []color.NRGBA{color.NRGBAModel.Convert(theme.PrimaryColorNamed(theme.ColorBlue)).(color.NRGBA)}
+	// UI process runs with no user theme settings here): Fyne v2.7.1's
+	// theme.PrimaryColorNamed(theme.ColorBlue), internal/theme
+	// colorLightPrimaryBlue. The tray's tests link no Fyne.
+	want := []color.NRGBA{{R: 0x29, G: 0x6f, B: 0xf6, A: 0xff}}
 	b := img.Bounds()
 	match := func(x, y int) bool {
 		r, g, bl, _ := img.At(x, y).RGBA()

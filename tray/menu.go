@@ -66,6 +66,9 @@ type menuModel struct {
 	// AutostartOK is false where start-at-login is unsupported.
 	AutostartOK bool
 	Icon        iconState
+	// UIMissing is the path of the window process's executable when it is
+	// missing (no window can open), else "".
+	UIMissing string
 }
 
 type peerEntry struct {
@@ -79,6 +82,7 @@ type snapshot struct {
 	Peers       []mesh.Peer
 	Autostart   bool
 	AutostartOK bool
+	UIMissing   string // uiLauncher.missing
 }
 
 // buildMenu renders a snapshot into the menu model.
@@ -93,6 +97,7 @@ func buildMenu(s snapshot) menuModel {
 		Questions:   st.OutboundWaiting,
 		Autostart:   s.Autostart,
 		AutostartOK: s.AutostartOK,
+		UIMissing:   s.UIMissing,
 	}
 	var parts []string
 	if st.A2A.Enabled {
@@ -160,7 +165,7 @@ func peerLabel(p mesh.Peer) string {
 	}
 	var src []string
 	for _, s := range p.Sources {
-		src = append(src, sourceName(s))
+		src = append(src, s.Label())
 	}
 	l := name
 	if len(src) > 0 {
@@ -173,18 +178,6 @@ func peerLabel(p mesh.Peer) string {
 		l += " · A2A"
 	}
 	return l
-}
-
-func sourceName(s mesh.Source) string {
-	switch s {
-	case mesh.SourceMDNS:
-		return "LAN"
-	case mesh.SourceTailscale:
-		return "tailnet"
-	case mesh.SourceManual:
-		return "added by hand"
-	}
-	return string(s)
 }
 
 // Menu labels. Tests find items by these (the menu is renumbered on every
@@ -202,6 +195,12 @@ const (
 	labelLogs      = "Open log folder"
 	labelQuit      = "Quit"
 )
+
+// uiMissingLabel and uiMissingHintLabel are the two disabled items shown
+// when the window process's executable is missing.
+func uiMissingLabel(path string) string { return "No windows: " + path + " is missing" }
+
+const uiMissingHintLabel = "Get it: " + UIMissingHint
 
 func approvalsLabel(n int) string { return fmt.Sprintf("Approvals (%d)…", n) }
 
@@ -236,6 +235,11 @@ func (m menuModel) items() []menuItem {
 	items := []menuItem{
 		{Label: m.Header, Tooltip: "Copy this device's ID (" + m.DeviceID + ")", Act: action{kind: actCopyID}},
 		{Label: m.StatusLine, Disabled: true},
+	}
+	if m.UIMissing != "" {
+		items = append(items, menuItem{Label: uiMissingLabel(m.UIMissing), Disabled: true}, menuItem{Label: uiMissingHintLabel, Disabled: true})
+	}
+	items = append(items, []menuItem{
 		{Separator: true},
 		{Label: labelPublish, Tooltip: "Serve the Agent Card so other agents can find this device; each delegation still needs your approval", Check: true, Checked: m.A2A, Act: action{kind: actToggleA2A}},
 		{Label: labelLAN, Tooltip: "Serve HTTPS and announce this device with mDNS on the local network", Check: true, Checked: m.LAN, Act: action{kind: actToggleLAN}},
@@ -244,7 +248,7 @@ func (m menuModel) items() []menuItem {
 		{Label: labelPair, Act: action{kind: actPair}},
 		{Label: labelDevices, Act: action{kind: actDevices}},
 		{Label: approvalsLabel(m.Approvals), Disabled: m.Approvals == 0, Act: action{kind: actApprovals}},
-	}
+	}...)
 	if m.Questions > 0 {
 		items = append(items, menuItem{Label: questionsLabel(m.Questions), Tooltip: "Agents this device delegated to wait for your answer", Act: action{kind: actQuestions}})
 	}

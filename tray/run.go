@@ -22,9 +22,6 @@ import (
 	"meshtray/tray/autostart"
 )
 
-// AppID is meshtray's application ID (FyneApp.toml, the autostart entry).
-const AppID = "io.meshtray.app"
-
 // maxQueuedNotices bounds the notifications waiting to be shown.
 const maxQueuedNotices = 8
 
@@ -101,10 +98,9 @@ func Run(ctx context.Context, n *app.Node) error {
 	if err != nil {
 		exe = os.Args[0]
 	}
-	launcher := &uiLauncher{
-		api:  c,
-		argv: []string{exe, "ui", "--state-dir", cfg.StateDir, "--port", strconv.Itoa(cfg.Port)},
-		log:  log,
+	launcher := &uiLauncher{api: c, argv: uiArgv(exe, cfg), log: log}
+	if p := launcher.missing(); p != "" {
+		log.Warn("no windows: "+p+" is missing; "+UIMissingHint, "path", p)
 	}
 	clicks := make(chan action)
 	menu := newSystrayMenu(clicks, trayIcons())
@@ -202,7 +198,7 @@ func autostartEntry(exe string, cfg app.Config) autostart.Entry {
 	if cfg.Keychain == app.KeychainFile {
 		argv = append(argv, "--keychain", app.KeychainFile)
 	}
-	return autostart.Entry{ID: AppID, Name: "meshtray", Comment: "Your devices as one private mesh", Exec: argv}
+	return autostart.Entry{ID: app.AppID, Name: "meshtray", Comment: "Your devices as one private mesh", Exec: argv}
 }
 
 // iconFile writes the app icon next to the state for notifications (the

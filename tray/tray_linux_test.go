@@ -113,7 +113,7 @@ func TestTrayMenuOverDBus(t *testing.T) {
 
 	// Start at login writes the XDG autostart entry, with this state dir.
 	d.Watcher.clickLabel(t, it, labelAutostart)
-	entry := filepath.Join(d.Home, "autostart", AppID+".desktop")
+	entry := filepath.Join(d.Home, "autostart", app.AppID+".desktop")
 	d.Watcher.waitMenu(t, it, 10*time.Second, "Start at login checked", func(m menuNode) bool {
 		a, ok := m.item(labelAutostart)
 		return ok && a.ToggleState == 1

@@ -2,15 +2,50 @@ package tray
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"meshtray/app"
 )
+
+// UIProgram is the file name of the window process's executable
+// (meshtray-ui, built with -tags meshtray_ui; ".exe" on Windows). The tray
+// runs it from the directory of its own executable.
+const UIProgram = "meshtray-ui"
+
+// uiProgramPath is the window process's executable next to exe (the
+// tray's own, os.Executable): same directory, ".exe" on Windows.
+func uiProgramPath(exe string) string {
+	name := UIProgram
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	return filepath.Join(filepath.Dir(exe), name)
+}
+
+// uiArgv is the command line of the window process for the node of cfg.
+func uiArgv(exe string, cfg app.Config) []string {
+	return []string{uiProgramPath(exe), "--state-dir", cfg.StateDir, "--port", strconv.Itoa(cfg.Port)}
+}
+
+// UIMissingHint says how to get the window process's executable.
+const UIMissingHint = "`make build` builds it next to meshtray; the release archive has both"
+
+// ErrUIMissing is why no window opens: the window process's executable
+// is not next to the tray's (see UIProgram).
+type ErrUIMissing struct{ Path string }
+
+func (e *ErrUIMissing) Error() string {
+	return fmt.Sprintf("the windows need %s, which is missing (%s)", e.Path, UIMissingHint)
+}
 
 // Restart policy of the UI process.
 const (
@@ -24,13 +59,13 @@ const (
 	uiStopTimeout = 5 * time.Second
 )
 
-// uiLauncher runs the one UI process (`meshtray ui`) on demand. A window
+// uiLauncher runs the one UI process (meshtray-ui) on demand. A window
 // request is queued in the node (POST /ui/open) and the process is started
 // when none runs; when it exits with requests still queued, it is started
 // again, so a request that arrives while it closes is not lost.
 type uiLauncher struct {
 	api  controlAPI
-	argv []string // the program and its arguments: exe ui --state-dir D --port P
+	argv []string // the program and its arguments: meshtray-ui --state-dir D --port P
 	env  []string // nil = this process's environment
 	log  *slog.Logger
 
@@ -54,6 +89,16 @@ func (l *uiLauncher) open(ctx context.Context, r app.UIRequest) error {
 	return l.startLocked()
 }
 
+// missing is the path of the window process's executable when it is not
+// there (not a regular file, or not executable on Unix), else "".
+func (l *uiLauncher) missing() string {
+	fi, err := os.Stat(l.argv[0])
+	if err != nil || !fi.Mode().IsRegular() || (runtime.GOOS != "windows" && fi.Mode().Perm()&0o111 == 0) {
+		return l.argv[0]
+	}
+	return ""
+}
+
 // running reports whether a UI process runs now.
 func (l *uiLauncher) running() bool {
 	l.mu.Lock()
@@ -64,6 +109,9 @@ func (l *uiLauncher) running() bool {
 func (l *uiLauncher) startLocked() error {
 	if l.closed || l.cmd != nil || l.quickFails >= maxQuickFails {
 		return nil
+	}
+	if p := l.missing(); p != "" {
+		return &ErrUIMissing{Path: p}
 	}
 	cmd := exec.Command(l.argv[0], l.argv[1:]...)
 	cmd.Env = l.env

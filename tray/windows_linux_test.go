@@ -381,7 +381,7 @@ func TestPopupDecidedWhileOpening(t *testing.T) {
 	}
 }
 
-// TestUIWithoutDisplay: `meshtray ui` with no X server behind DISPLAY
+// TestUIWithoutDisplay: meshtray-ui with no X server behind DISPLAY
 // exits with an error that names the display, not a GLFW panic trace.
 func TestUIWithoutDisplay(t *testing.T) {
 	dir := t.TempDir()
@@ -401,12 +401,12 @@ func TestUIWithoutDisplay(t *testing.T) {
 	if err := c.OpenUI(ctx, pair); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, os.Args[0], "ui", "--state-dir", dir)
+	cmd := exec.CommandContext(ctx, uiExe(t), "--state-dir", dir)
 	cmd.Env = (*desktop)(nil).env("DISPLAY=" + display)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("meshtray ui without a display: %v, want exit status 1\n%s", err, out)
+		t.Fatalf("meshtray-ui without a display: %v, want exit status 1\n%s", err, out)
 	}
 	if !strings.Contains(string(out), `cannot open a window on the display (DISPLAY=":9731"`) {
 		t.Errorf("output does not say it cannot open a window on %s:\n%s", display, out)

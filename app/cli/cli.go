@@ -40,8 +40,6 @@ type trayParts struct {
 	// run runs the tray app with the node in-process, on the main
 	// goroutine. Nil: `meshtray` without a subcommand runs the headless node.
 	run func(ctx context.Context, n *app.Node) error
-	// ui runs `meshtray ui ...` (the Fyne window process). Nil hides it.
-	ui func(ctx context.Context, c *app.Client, args []string) error
 }
 
 // options are where the command reads and writes, and its tray.
@@ -195,21 +193,6 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
 		c.lanCommand(), c.pairCommand(), c.peersCommand(),
 		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand())
-	if c.opts.tray.ui != nil {
-		root.AddCommand(&cobra.Command{
-			Use:    "ui",
-			Short:  "Open meshtray windows (started by the tray)",
-			Hidden: true,
-			Args:   cobra.ArbitraryArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				cl, err := c.dial()
-				if err != nil {
-					return err
-				}
-				return c.opts.tray.ui(cmd.Context(), cl, args)
-			},
-		})
-	}
 	return root
 }
 

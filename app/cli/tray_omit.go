@@ -2,7 +2,7 @@
 
 package cli
 
-// buildTray of the headless build (-tags headless): no tray and no
-// windows, so the binary needs neither cgo nor Fyne; `meshtray` runs the
+// buildTray of the headless build (-tags headless): no tray, so the
+// binary needs no cgo on any OS and links no systray; `meshtray` runs the
 // node.
 var buildTray = trayParts{}

@@ -1,4 +1,4 @@
-package tray
+package windows
 
 import (
 	"encoding/json"
@@ -170,7 +170,7 @@ func (v *peersView) set(ps []mesh.Peer) {
 		}
 		var src []string
 		for _, s := range p.Sources {
-			src = append(src, sourceName(s))
+			src = append(src, s.Label())
 		}
 		sub := fmt.Sprintf("%s · seen via %s · %s", p.OS, strings.Join(src, ", "), ago(v.now(), p.LastSeen))
 		if len(src) == 0 {
@@ -311,7 +311,7 @@ func (v *peerView) set(p mesh.Peer, m *nodes.Manifest, merr string) {
 	var addrs []string
 	for _, s := range p.Sources {
 		for _, a := range p.Addrs[s] {
-			addrs = append(addrs, a+" ("+sourceName(s)+")")
+			addrs = append(addrs, a+" ("+s.Label()+")")
 		}
 	}
 	state := "offline"

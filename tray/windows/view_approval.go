@@ -1,4 +1,4 @@
-package tray
+package windows
 
 import (
 	"fmt"

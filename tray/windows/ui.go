@@ -1,4 +1,4 @@
-package tray
+package windows
 
 import (
 	"context"
@@ -36,7 +36,7 @@ const (
 	titleQuestions = "meshtray — Questions from agents"
 )
 
-// UI is `meshtray ui [WINDOW [ARG]]`: the Fyne window process. It opens the
+// UI is `meshtray-ui [WINDOW [ARG]]` (Main): the Fyne window process. It opens the
 // windows named on the command line and those queued by the tray
 // (POST /ui/take), follows the node's change notices, and returns when its
 // last window closes, ctx ends, or the node goes away. WINDOW is one of
@@ -52,7 +52,7 @@ func UI(ctx context.Context, c *app.Client, args []string) (err error) {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("pkg", "ui")
-	a := fyneapp.NewWithID(AppID)
+	a := fyneapp.NewWithID(app.AppID)
 	a.SetIcon(fyne.NewStaticResource("meshtray.png", assets.IconNormal))
 	u := newUIProc(ctx, a, c, log)
 	defer u.stop()
