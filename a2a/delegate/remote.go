@@ -265,8 +265,13 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 // tokenLike matches bearer credentials an error body might echo back:
-// meshtray grant tokens and "Bearer <anything>".
+// meshtray grant tokens and "Bearer <credential>" (RFC 6750 §2.1).
 var tokenLike = regexp.MustCompile(`mt1_[A-Za-z0-9_-]+|(?i)bearer\s+\S+`)
+
+// plainWord is a credential position holding an English word ("bearer
+// tokens", "bearer token", "bearer scheme"): meshtray's own messages say
+// that, and no issued credential is a short all-lower-case word.
+var plainWord = regexp.MustCompile(`^(?i:bearer)\s+[a-z]{1,12}[.,;:)]?$`)
 
 // redact removes token and anything token-like from s, so an agent that
 // echoes our Authorization header never gets it into a log or a message.
@@ -274,7 +279,12 @@ func redact(s, token string) string {
 	if token != "" {
 		s = strings.ReplaceAll(s, token, "[redacted]")
 	}
-	return tokenLike.ReplaceAllString(s, "[redacted]")
+	return tokenLike.ReplaceAllStringFunc(s, func(m string) string {
+		if plainWord.MatchString(m) {
+			return m
+		}
+		return "[redacted]"
+	})
 }
 
 // cleanSnippet makes the start of an error body printable on one line.
