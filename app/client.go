@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,35 @@ func (e *WrongPortError) Error() string {
 }
 
 func (e *WrongPortError) Unwrap() error { return ErrNotRunning }
+
+// OtherUserError is Dial's answer when the node of StateDir runs as
+// another user than this process: its state dir, daemon.json and control
+// socket admit only that user (the socket checks each peer's uid), so
+// nothing this process sends would be served.
+type OtherUserError struct {
+	StateDir string
+	UID      int // the node's user; -1 when not known
+}
+
+func (e *OtherUserError) Error() string {
+	who := "another user"
+	if e.UID >= 0 {
+		who = fmt.Sprintf("another user (uid %d)", e.UID)
+	}
+	return fmt.Sprintf("the node of state dir %s runs as %s; only that user can control it: run this command as that user (this one is uid %d)", e.StateDir, who, os.Getuid())
+}
+
+// otherUser is the *OtherUserError for stateDir, naming the owner of path
+// when it can be read.
+func otherUser(stateDir, path string) *OtherUserError {
+	e := &OtherUserError{StateDir: stateDir, UID: -1}
+	if fi, err := os.Stat(path); err == nil {
+		if uid, ok := fileUID(fi); ok {
+			e.UID = int(uid)
+		}
+	}
+	return e
+}
 
 // APIError is an error answered by the control API: its HTTP status and the
 // `error` text of its JSON body.
@@ -65,11 +95,15 @@ type Client struct {
 // a node that was killed is not trusted: another program may hold its port
 // by now); else ErrNotRunning. port, when not 0, must be the port the node
 // published (*WrongPortError otherwise): the control token goes to this
-// state dir's node and nowhere else.
+// state dir's node and nowhere else. A node of another user (its state dir
+// unreadable, or its control socket another uid's) is *OtherUserError.
 func Dial(stateDir string, port int) (*Client, error) {
 	d, err := ReadDaemonInfo(stateDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w (state dir %s)", ErrNotRunning, stateDir)
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, otherUser(stateDir, stateDir)
 	}
 	if err != nil {
 		return nil, err
@@ -83,6 +117,11 @@ func Dial(stateDir string, port int) (*Client, error) {
 	port = d.Port
 	tr := &http.Transport{Proxy: nil, DisableCompression: true}
 	if d.Socket != "" {
+		// The socket refuses a peer of another uid by closing the
+		// connection unserved (a reset to the client); say why instead.
+		if fi, err := os.Stat(d.Socket); err == nil && !ownedByMe(fi) {
+			return nil, otherUser(stateDir, d.Socket)
+		}
 		// Every request goes to the socket whatever the URL says; the URL
 		// keeps naming the loopback port so Host passes the node's check
 		// and messages name the node as before.
@@ -160,8 +199,15 @@ func (c *Client) send(ctx context.Context, method, path string, in any, accept s
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" && c.socket != "" && errors.Is(err, fs.ErrPermission) {
+			return nil, otherUser(c.StateDir, c.socket)
+		}
 		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, fmt.Errorf("%w (nothing answers on %s; state dir %s)", ErrNotRunning, c.base, c.StateDir)
+			where := c.base
+			if c.socket != "" {
+				where = c.socket
+			}
+			return nil, fmt.Errorf("%w (nothing answers on %s; state dir %s)", ErrNotRunning, where, c.StateDir)
 		}
 		return nil, err
 	}

@@ -145,18 +145,25 @@ func secureStateDir(dir string, log *slog.Logger) error {
 // ownedByMe reports whether fi belongs to this process's user, where the
 // platform says (the Uid of a Unix stat); true where it cannot tell.
 func ownedByMe(fi fs.FileInfo) bool {
+	uid, ok := fileUID(fi)
+	return !ok || uid == uint64(os.Getuid())
+}
+
+// fileUID is the owner of fi (the Uid of a Unix stat); ok is false where
+// the platform has none.
+func fileUID(fi fs.FileInfo) (uid uint64, ok bool) {
 	v := reflect.ValueOf(fi.Sys())
 	if v.Kind() == reflect.Pointer {
 		v = v.Elem()
 	}
 	if v.Kind() != reflect.Struct {
-		return true
+		return 0, false
 	}
-	uid := v.FieldByName("Uid")
-	if !uid.IsValid() || !uid.CanUint() {
-		return true
+	f := v.FieldByName("Uid")
+	if !f.IsValid() || !f.CanUint() {
+		return 0, false
 	}
-	return uid.Uint() == uint64(os.Getuid())
+	return f.Uint(), true
 }
 
 // Release drops the lock.
