@@ -18,20 +18,9 @@ import (
 func (c *cli) agentsCommand() *cobra.Command {
 	var refresh bool
 	list := func(cmd *cobra.Command, _ []string) error {
-		cl, ctx, done, err := c.api(cmd)
-		if err != nil {
-			return err
-		}
-		defer done()
-		as, err := cl.Agents(ctx, refresh)
-		if err != nil {
-			return err
-		}
-		if c.asJSON {
-			return c.printJSON(as)
-		}
-		c.printAgents(as)
-		return nil
+		return show(c, cmd, func(cl *app.Client, ctx context.Context) ([]delegate.Agent, error) {
+			return cl.Agents(ctx, refresh)
+		}, func(as []delegate.Agent) error { c.printAgents(as); return nil })
 	}
 	cmd := &cobra.Command{
 		Use:   "agents [list|add|rm|enable|disable|refresh]",

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,20 +62,10 @@ func (c *cli) grantCommand() *cobra.Command {
 		Short: "List the grants this device issued",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			d, err := cl.Devices(ctx)
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				return c.printJSON(d.Issued)
-			}
-			c.printIssued(d.Issued)
-			return nil
+			return show(c, cmd, func(cl *app.Client, ctx context.Context) ([]pairing.Grant, error) {
+				d, err := cl.Devices(ctx)
+				return d.Issued, err
+			}, func(gs []pairing.Grant) error { c.printIssued(gs); return nil })
 		},
 	}
 	c.jsonFlag(list)
