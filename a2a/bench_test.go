@@ -285,8 +285,8 @@ func TestBenchReport(t *testing.T) {
 	// (default 16) is raised so it measures speed, not the cap.
 	srv := NewServer(Options{DeviceName: "testbox", Executor: NewNodeExecutor(reg, nil), Approver: approveAll{}, Manifest: reg, MaxLiveTasksPerOwner: 64})
 	auth := &testAuth{}
-	auth.add(tokA, "grantA", "laptop")
-	mt := httptest.NewServer(auth.wrap(srv))
+	auth.Add(tokA, "grantA", "laptop")
+	mt := httptest.NewServer(auth.Wrap(srv))
 	defer mt.Close()
 	defer srv.Shutdown(context.Background())
 
@@ -387,7 +387,7 @@ func TestBenchReport(t *testing.T) {
 	{
 		base := heapInUse()
 		s := NewServer(Options{DeviceName: "testbox", Executor: NewNodeExecutor(reg, nil), Approver: approveAll{}})
-		h := auth.wrap(s)
+		h := auth.Wrap(s)
 		for range tasks {
 			rec := newRecorder()
 			req, _ := http.NewRequest("POST", RPCPath, bytes.NewReader(benchBody(MethodMessageSend, "device.info")))
@@ -465,8 +465,8 @@ func BenchmarkSendVersions(b *testing.B) {
 	srv := NewServer(Options{DeviceName: "testbox", Executor: NewNodeExecutor(reg, nil), Approver: approveAll{}, MaxLiveTasksPerOwner: 64})
 	defer srv.Shutdown(context.Background())
 	auth := &testAuth{}
-	auth.add(tokA, "grantA", "laptop")
-	h := auth.wrap(srv)
+	auth.Add(tokA, "grantA", "laptop")
+	h := auth.Wrap(srv)
 	for _, tg := range []benchTarget{
 		{name: "0.3", text: "device.info"},
 		{name: "1.0", version: Version10, text: "device.info"},

@@ -16,47 +16,15 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
 	"go.uber.org/goleak"
 
-	"meshtray/pairing"
+	"meshtray/a2a/a2atest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testAuth is the tests' stand-in for pairing's auth middleware: a bearer
-// token maps to a Principal; anything else is 401. The real middleware is
-// tested in pairing and end to end in app.
-type testAuth struct {
-	mu     sync.Mutex
-	tokens map[string]*pairing.Principal
-}
-
-func (a *testAuth) add(token, grantID, name string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.tokens == nil {
-		a.tokens = map[string]*pairing.Principal{}
-	}
-	a.tokens[token] = &pairing.Principal{
-		Grant:    pairing.Grant{ID: grantID, Name: name, Scopes: pairing.Scopes{pairing.ScopeAgent}, Policy: pairing.PolicyAllow, Status: pairing.StatusActive},
-		Listener: pairing.ListenerLoopback,
-	}
-}
-
-func (a *testAuth) wrap(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		a.mu.Lock()
-		p := a.tokens[tok]
-		a.mu.Unlock()
-		if !ok || p == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="meshtray"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r.WithContext(pairing.WithPrincipal(r.Context(), p)))
-	})
-}
+// testAuth is the stand-in for pairing's auth middleware (a2atest.Auth).
+type testAuth = a2atest.Auth
 
 // testEnv is a Server on a real loopback listener behind testAuth.
 type testEnv struct {
@@ -86,10 +54,10 @@ func newEnv(t *testing.T, opts Options) *testEnv {
 	srv := NewServer(opts)
 	srv.SetPublished(true)
 	auth := &testAuth{}
-	auth.add(tokA, "grantA", "laptop")
-	auth.add(tokB, "grantB", "phone")
+	auth.Add(tokA, "grantA", "laptop")
+	auth.Add(tokB, "grantB", "phone")
 	mux := http.NewServeMux()
-	mux.Handle("POST "+RPCPath, auth.wrap(srv))
+	mux.Handle("POST "+RPCPath, auth.Wrap(srv))
 	mux.Handle("GET "+CardPath, srv.CardHandler())
 	hs := httptest.NewServer(mux)
 	env := &testEnv{srv: srv, hs: hs, auth: auth, tr: &http.Transport{}}

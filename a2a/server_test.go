@@ -795,11 +795,11 @@ func rawHTTP(t *testing.T, env *testEnv, token, body string) []byte {
 func rawCall(t *testing.T, srv *Server, token, body string) []byte {
 	t.Helper()
 	auth := &testAuth{}
-	auth.add(tokA, "grantA", "laptop")
+	auth.Add(tokA, "grantA", "laptop")
 	rec := newRecorder()
 	req, _ := http.NewRequest("POST", RPCPath, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
-	auth.wrap(srv).ServeHTTP(rec, req)
+	auth.Wrap(srv).ServeHTTP(rec, req)
 	return rec.buf.Bytes()
 }
 

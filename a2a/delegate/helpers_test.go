@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	agent "meshtray/a2a"
+	"meshtray/a2a/a2atest"
 	"meshtray/nodes"
-	"meshtray/pairing"
 )
 
 // The delegating half is tested against real servers: meshtray's own
@@ -28,39 +27,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testAuth maps a bearer token to a Principal; anything else is 401. The
-// real middleware is tested in pairing and end to end in app.
-type testAuth struct {
-	mu     sync.Mutex
-	tokens map[string]*pairing.Principal
-}
-
-func (a *testAuth) add(token, grantID, name string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.tokens == nil {
-		a.tokens = map[string]*pairing.Principal{}
-	}
-	a.tokens[token] = &pairing.Principal{
-		Grant:    pairing.Grant{ID: grantID, Name: name, Scopes: pairing.Scopes{pairing.ScopeAgent}, Policy: pairing.PolicyAllow, Status: pairing.StatusActive},
-		Listener: pairing.ListenerLoopback,
-	}
-}
-
-func (a *testAuth) wrap(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		a.mu.Lock()
-		p := a.tokens[tok]
-		a.mu.Unlock()
-		if !ok || p == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="meshtray"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r.WithContext(pairing.WithPrincipal(r.Context(), p)))
-	})
-}
+// testAuth is the stand-in for pairing's auth middleware (a2atest.Auth).
+type testAuth = a2atest.Auth
 
 // testEnv is a meshtray Server on a real loopback listener behind testAuth.
 type testEnv struct {
@@ -90,10 +58,10 @@ func newEnv(t *testing.T, opts agent.Options) *testEnv {
 	srv := agent.NewServer(opts)
 	srv.SetPublished(true)
 	auth := &testAuth{}
-	auth.add(tokA, "grantA", "laptop")
-	auth.add(tokB, "grantB", "phone")
+	auth.Add(tokA, "grantA", "laptop")
+	auth.Add(tokB, "grantB", "phone")
 	mux := http.NewServeMux()
-	mux.Handle("POST "+agent.RPCPath, auth.wrap(srv))
+	mux.Handle("POST "+agent.RPCPath, auth.Wrap(srv))
 	mux.Handle("GET "+agent.CardPath, srv.CardHandler())
 	hs := httptest.NewServer(mux)
 	env := &testEnv{srv: srv, hs: hs, auth: auth, tr: &http.Transport{}}

@@ -100,9 +100,9 @@ func BenchmarkForward(b *testing.B) {
 		srv.SetPublished(true)
 		defer srv.Shutdown(ctx)
 		auth := &testAuth{}
-		auth.add(tokA, "grantA", "laptop")
+		auth.Add(tokA, "grantA", "laptop")
 		mux := http.NewServeMux()
-		mux.Handle("POST "+agent.RPCPath, auth.wrap(srv))
+		mux.Handle("POST "+agent.RPCPath, auth.Wrap(srv))
 		hs := httptest.NewServer(mux)
 		defer hs.Close()
 		tr := &http.Transport{}

@@ -245,10 +245,10 @@ func newRestartable(t *testing.T, opts agent.Options) *restartable {
 	t.Helper()
 	opts.DeviceName, opts.Approver, opts.Executor, opts.Manifest = "testbox", approveAll{}, &scriptExecutor{}, testManifest
 	r := &restartable{auth: &testAuth{}, opts: opts}
-	r.auth.add(tokA, "grantA", "laptop")
+	r.auth.Add(tokA, "grantA", "laptop")
 	r.restart(t)
 	mux := http.NewServeMux()
-	mux.Handle("POST "+agent.RPCPath, r.auth.wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	mux.Handle("POST "+agent.RPCPath, r.auth.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.current().ServeHTTP(w, req)
 	})))
 	mux.Handle("GET "+agent.CardPath, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
