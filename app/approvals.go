@@ -66,6 +66,13 @@ type ApprovalDecision struct {
 	// Always sets the grant's policy to allow (delegations and capability
 	// calls): "Always allow from this device".
 	Always bool `json:"always,omitempty"`
+	// Where the decision was made: store.WhereTray, WhereCLI or WherePhone
+	// as the deciding client says; the node sets WherePolicy and
+	// WhereTimeout itself. Empty is read as the CLI.
+	Where string `json:"where,omitempty"`
+	// By is who decided: "owner" for the person at this device, else the
+	// short device ID of the device that decided (an approve grant).
+	By string `json:"-"`
 	// Reason is filled by the queue for refusals: "denied by the owner",
 	// "no answer within 2m0s", "withdrawn".
 	Reason string `json:"-"`

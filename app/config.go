@@ -50,6 +50,11 @@ type Config struct {
 	A2A   A2AConfig   `toml:"a2a" json:"a2a"`
 	Nodes NodesConfig `toml:"nodes" json:"nodes"`
 
+	// ResetDatabase moves an unreadable database aside (kept as
+	// meshtray.db.corrupt-<time>) and starts with an empty one; only from
+	// the command line (store.ResetFlag), never from the config file.
+	ResetDatabase bool `toml:"-" json:"-"`
+
 	// LogFile is the file the node's log also goes to (the tray app's);
 	// "" when it logs to stderr only (serve). Status reports its dir.
 	LogFile string `toml:"-" json:"-"`

@@ -27,6 +27,7 @@ import (
 	"meshtray/mesh"
 	"meshtray/nodes"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // Node is the whole meshtray daemon: keychain, identity, grants, the
@@ -44,6 +45,7 @@ type Node struct {
 
 	// Set by Start; read-only afterwards.
 	lock         *StateLock
+	db           *store.Store // tasks, approvals, outbound, manual peers, the audit trail
 	settings     *settingsStore
 	ks           keychain.Store
 	identity     *pairing.Identity
@@ -170,6 +172,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// the whole store (identity key included) beside it.
 	if removed, rerr := keychain.RemoveStaleTemps(filepath.Join(cfg.StateDir, keychainFile)); len(removed) > 0 || rerr != nil {
 		n.log.Warn("removed temp copies of the file keychain left by a writer that died", "files", removed, "err", rerr)
+	}
+	if n.db, err = openDatabase(cfg, n.log); err != nil {
+		return err
 	}
 	// Bind the loopback port first: a port in use is the likeliest failure
 	// and should not leave a half-started node behind.
@@ -614,6 +619,11 @@ func (n *Node) Close() error {
 			}
 		}
 		n.wg.Wait()
+		if n.db != nil {
+			if err := n.db.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("database: %w", err))
+			}
+		}
 		if n.grants != nil {
 			if err := n.grants.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("grants: %w", err))

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"meshtray/app"
 	"meshtray/jsonout"
 	"meshtray/keychain"
+	"meshtray/store"
 )
 
 // Exit codes of the meshtray command.
@@ -61,6 +63,7 @@ type cli struct {
 	name     string
 	keychain string
 	logLevel string
+	resetDB  bool
 }
 
 // Run runs the meshtray command line (args without the program name) on
@@ -200,6 +203,7 @@ func (c *cli) nodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.name, "name", "", "device name shown to peers (default: the host name)")
 	fs.StringVar(&c.keychain, "keychain", app.KeychainOS, `where secrets live: "os" (the OS keychain) or "file" (0600 file in the state dir)`)
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&c.resetDB, strings.TrimPrefix(store.ResetFlag, "--"), false, "if the database (meshtray.db in the state dir) is unreadable, keep it as meshtray.db.corrupt-<time> and start with an empty one")
 }
 
 // config builds the node configuration: defaults, the config file, then the
@@ -223,6 +227,7 @@ func (c *cli) config(cmd *cobra.Command) (app.Config, error) {
 	if fl.Changed("log-level") {
 		cfg.LogLevel = c.logLevel
 	}
+	cfg.ResetDatabase = c.resetDB
 	return cfg, cfg.Validate()
 }
 

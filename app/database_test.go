@@ -1,0 +1,50 @@
+package app_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"meshtray/app/apptest"
+	"meshtray/store"
+)
+
+// TestCorruptDatabaseNamesFileAndFlag: a node whose database is not a
+// database refuses to start, naming the file and the flag, and leaves the
+// file alone; with the flag it keeps the file aside and starts empty.
+func TestCorruptDatabaseNamesFileAndFlag(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, store.DefaultFile)
+	junk := []byte(strings.Repeat("not a database, just words. ", 200))
+	if err := os.WriteFile(db, junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := apptest.RunCLI(t, nil, "serve", "--state-dir", dir, "--port", "0", "--keychain", "file")
+	if r.Code == 0 {
+		t.Fatalf("serve started on a corrupt database:\n%s", r.Stderr)
+	}
+	for _, want := range []string{db, store.ResetFlag} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("error does not name %q:\n%s", want, r.Stderr)
+		}
+	}
+	if got, _ := os.ReadFile(db); string(got) != string(junk) {
+		t.Fatal("the refused start changed the corrupt file")
+	}
+
+	n := apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Args: []string{store.ResetFlag}})
+	if r := n.CLI("status"); r.Code != 0 {
+		t.Fatalf("status after reset: %d %s", r.Code, r.Stderr)
+	}
+	kept, _ := filepath.Glob(db + ".corrupt-*")
+	if len(kept) != 1 {
+		t.Fatalf("corrupt file not kept aside: %v", kept)
+	}
+	if got, _ := os.ReadFile(kept[0]); string(got) != string(junk) {
+		t.Fatal("the kept copy is not the corrupt file")
+	}
+	if !strings.Contains(n.Logs(), "moved aside") {
+		t.Errorf("the log does not say the database was moved aside:\n%s", n.Logs())
+	}
+}
