@@ -2,6 +2,7 @@ package a2a
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -36,8 +37,15 @@ func (e *Execution) TaskID() a2a.TaskID { return e.t.id }
 // namespaces it by owner internally; see Server).
 func (e *Execution) ContextID() string { return e.t.contextID }
 
-// Caller is the authenticated principal that created the task.
-func (e *Execution) Caller() *pairing.Principal { return e.t.caller }
+// Caller is the authenticated principal that created the task. For a task
+// restored from the database (Options.Store) it is rebuilt from what was
+// stored (grant id and name, listener) until the caller answers it; the
+// answering request's principal (the same owner) is the caller from then.
+func (e *Execution) Caller() *pairing.Principal {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	return e.t.caller
+}
 
 // Message is this turn's message from the caller: the task's first message
 // on the first turn, the caller's answer on a resumed input-required task.
@@ -62,14 +70,31 @@ func (e *Execution) ApprovedSummary() string {
 }
 
 // Value returns the executor-private state kept on the task across turns
-// (nil at first). It is never sent on the wire.
+// (nil at first). It is never sent on the wire. With Options.Store it is
+// also written to the database as JSON (encoding/json), so it must
+// encode; in a task restored from the database it is that JSON, a
+// json.RawMessage, which DecodeValue decodes.
 func (e *Execution) Value() any {
 	e.t.mu.Lock()
 	defer e.t.mu.Unlock()
 	return e.t.value
 }
 
-// SetValue replaces the executor-private state kept across turns.
+// DecodeValue decodes into v (a pointer) the state of a task restored
+// from the database, where Value is the JSON it was stored as. It reports
+// false, leaving v as it is, when Value is not such JSON (nil, or a value
+// set in this process) or does not decode into v.
+func (e *Execution) DecodeValue(v any) bool {
+	raw, ok := e.Value().(json.RawMessage)
+	if !ok || len(raw) == 0 {
+		return false
+	}
+	return json.Unmarshal(raw, v) == nil
+}
+
+// SetValue replaces the executor-private state kept across turns; with
+// Options.Store it is written with the task's next change (the end of the
+// turn at the latest).
 func (e *Execution) SetValue(v any) {
 	e.t.mu.Lock()
 	defer e.t.mu.Unlock()
@@ -117,6 +142,7 @@ func (e *Execution) Artifact(name string, parts ...a2a.Part) a2a.ArtifactID {
 	e.t.artifacts = append(e.t.artifacts, art)
 	e.t.updated = now
 	e.t.emitLocked(&a2a.TaskArtifactUpdateEvent{TaskID: e.t.id, ContextID: e.t.contextID, Artifact: art}, false)
+	e.s.persistLocked(e.t, false)
 	return art.ID
 }
 
@@ -148,6 +174,7 @@ func (e *Execution) AppendArtifact(id a2a.ArtifactID, lastChunk bool, parts ...a
 		e.t.emitLocked(&a2a.TaskArtifactUpdateEvent{
 			TaskID: e.t.id, ContextID: e.t.contextID, Artifact: chunk, Append: true, LastChunk: lastChunk,
 		}, false)
+		e.s.persistLocked(e.t, false)
 		return nil
 	}
 	return fmt.Errorf("a2a: no artifact %q in task %s", id, e.t.id)

@@ -2,6 +2,7 @@ package a2a
 
 import (
 	"context"
+	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 
@@ -45,6 +46,11 @@ type TaskApproval struct {
 	// at most nodes.MaxSummaryRunes runes.
 	Summary string
 	Message *a2a.Message
+	// Deadline is when the request is refused unanswered: the task's
+	// creation plus Options.ApprovalTimeout, kept across a restart (a task
+	// restored waiting for approval is asked again with its original
+	// deadline). The approver shows it and refuses at it.
+	Deadline time.Time
 	// Queued is for an Approver that implements QueueingApprover: it calls
 	// it once the request waits for a person (the approvals queue took
 	// it), and the task then shows "waiting for approval on <device>" to

@@ -32,6 +32,8 @@ type testEnv struct {
 	hs   *httptest.Server
 	auth *testAuth
 	tr   *http.Transport
+	// restored is what Restore did (Options.Store set).
+	restored Restored
 }
 
 // Tokens every env knows: two grants (owners) of different peers.
@@ -53,6 +55,13 @@ func newEnv(t *testing.T, opts Options) *testEnv {
 	}
 	srv := NewServer(opts)
 	srv.SetPublished(true)
+	var restored Restored
+	if opts.Store != nil {
+		var err error
+		if restored, err = srv.Restore(context.Background()); err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+	}
 	auth := &testAuth{}
 	auth.Add(tokA, "grantA", "laptop")
 	auth.Add(tokB, "grantB", "phone")
@@ -60,7 +69,7 @@ func newEnv(t *testing.T, opts Options) *testEnv {
 	mux.Handle("POST "+RPCPath, auth.Wrap(srv))
 	mux.Handle("GET "+CardPath, srv.CardHandler())
 	hs := httptest.NewServer(mux)
-	env := &testEnv{srv: srv, hs: hs, auth: auth, tr: &http.Transport{}}
+	env := &testEnv{srv: srv, hs: hs, auth: auth, tr: &http.Transport{}, restored: restored}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -198,7 +207,11 @@ func (x *scriptExecutor) Execute(ctx context.Context, ex *Execution) error {
 	x.mu.Lock()
 	x.approved = append(x.approved, ex.ApprovedSummary())
 	x.mu.Unlock()
-	if v, ok := ex.Value().(string); ok && v == "asked" {
+	v, _ := ex.Value().(string)
+	if v == "" {
+		ex.DecodeValue(&v) // restored from the database
+	}
+	if v == "asked" {
 		ex.Artifact("answer", a2a.TextPart{Text: text(ex.Message())})
 		ex.Complete("thanks")
 		return nil

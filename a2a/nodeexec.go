@@ -126,6 +126,7 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 	c, _ := ex.Value().(*nodeCall)
 	if c == nil {
 		c = &nodeCall{}
+		ex.DecodeValue(c) // a task restored from the database
 	}
 	defer ex.SetValue(c)
 

@@ -37,6 +37,7 @@ const (
 	DefaultCancelWait           = 5 * time.Second
 	DefaultKeepAlive            = 15 * time.Second
 	DefaultInterruptedTTL       = 10 * time.Minute
+	DefaultApprovalTimeout      = 2 * time.Minute
 )
 
 // ManifestSource gives the node manifest the Agent Card's skills are
@@ -62,6 +63,14 @@ type Options struct {
 	Approver Approver
 	// Manifest feeds the card's skills; nil means no skills.
 	Manifest ManifestSource
+	// Store keeps the tasks across restarts (a *store.Store; see
+	// TaskStore for what is written when, and Restore for what a start
+	// does with them). nil keeps them in memory only.
+	Store TaskStore
+	// ApprovalTimeout is how long a new task waits for its approval
+	// (default 2 min): TaskApproval.Deadline is its creation plus this,
+	// and it is stored, so a task restored waiting for approval keeps it.
+	ApprovalTimeout time.Duration
 	// SignCard, when set, signs the card JSON before it is served (A2A
 	// 1.0 §8.4; app passes cardsig.Signer with the device identity). An
 	// error is logged and the card served unsigned.
@@ -154,7 +163,17 @@ type Server struct {
 	inflight    int           // requests and turns running
 	idle        chan struct{} // closed when closed && inflight == 0
 
+	restoredOnce bool // Restore ran
+
 	shutdown chan struct{} // closed by Shutdown
+
+	// db is Options.Store (nil: memory only); pq its write-behind queue.
+	// frozen is set when Shutdown begins: from then on nothing is written,
+	// so what Shutdown does to the tasks (cancel) is not what a restart
+	// finds (the tasks as they were, like after a kill).
+	db     TaskStore
+	pq     persister
+	frozen atomic.Bool
 }
 
 var (
@@ -197,6 +216,9 @@ func NewServer(opts Options) *Server {
 	if opts.InterruptedTTL <= 0 {
 		opts.InterruptedTTL = DefaultInterruptedTTL
 	}
+	if opts.ApprovalTimeout <= 0 {
+		opts.ApprovalTimeout = DefaultApprovalTimeout
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -204,7 +226,7 @@ func NewServer(opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
+	s := &Server{
 		opts:        opts,
 		log:         log,
 		tasks:       make(map[a2a.TaskID]*task),
@@ -212,7 +234,12 @@ func NewServer(opts Options) *Server {
 		parked:      make(map[string][]*task),
 		idle:        make(chan struct{}),
 		shutdown:    make(chan struct{}),
+		db:          opts.Store,
 	}
+	if s.db != nil {
+		s.startPersister()
+	}
+	return s
 }
 
 func (s *Server) now() time.Time { return s.opts.Now() }
@@ -380,7 +407,17 @@ func (s *Server) leave() {
 // executors see their ctx canceled; streams get that final event and
 // close), and Shutdown waits for every request handler and executor turn
 // to return, or for ctx. A second call waits again and returns the same.
+//
+// With Options.Store, the changes made so far are handed to the store
+// first, and nothing Shutdown does is written: the next start finds the
+// tasks as a kill would have left them (Restore), and tasks waiting for
+// their callers stay waiting (in memory too, as their streams have
+// closed already).
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.db != nil && !s.frozen.Load() {
+		s.flushDirty()
+		s.frozen.Store(true)
+	}
 	s.mu.Lock()
 	first := !s.closed
 	if first {
@@ -397,19 +434,42 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 
 	for _, t := range ts {
+		if s.db != nil && s.keepWaiting(t) {
+			continue
+		}
 		s.cancelTask(t, errShuttingDown)
 	}
 	select {
 	case <-s.idle:
+		s.stopPersister()
 		return nil
 	case <-ctx.Done():
 		// Executors that ignore their ctx: end their tasks anyway, so every
 		// stream gets its final event; their late reports are dropped.
 		for _, t := range ts {
+			if s.db != nil && s.keepWaiting(t) {
+				continue
+			}
 			s.settle(t, a2a.TaskStateCanceled, agentMessage(errShuttingDown.Error()))
 		}
+		s.stopPersister()
 		return fmt.Errorf("a2a: shutdown: %w", ctx.Err())
 	}
+}
+
+// keepWaiting reports a task waiting for its caller with no turn running,
+// which a Shutdown with a store leaves as it is; its expiry timer stops.
+func (s *Server) keepWaiting(t *task) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cancel != nil || !interrupted(t.status.State) {
+		return false
+	}
+	if t.expiry != nil {
+		t.expiry.Stop()
+		t.expiry = nil
+	}
+	return true
 }
 
 // cancelTask stops t's running turn with cause, or cancels an idle live
@@ -852,12 +912,14 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 		ctxID = a2a.NewContextID()
 	}
 	t := &task{
+		srv:       s,
 		id:        a2a.NewTaskID(),
 		owner:     owner,
 		contextID: ctxID,
 		caller:    p,
 		summary:   s.summarize(p, msg),
 		created:   now,
+		deadline:  now.Add(s.opts.ApprovalTimeout),
 		updated:   now,
 		bytes:     int64(size),
 		turns:     1,
@@ -896,10 +958,40 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 		cancel(nil)
 		return nil, nil, nil, err
 	}
+	if err := s.create(t); err != nil {
+		cancel(nil)
+		return nil, nil, nil, err
+	}
 
 	ex := &Execution{s: s, t: t, msg: msg, ctx: ctx}
-	go s.runTurn(ctx, t, ex, true)
+	go s.runTurn(ctx, t, ex, turnApprove)
 	return t, sub, snap, nil
+}
+
+// create writes the new task t (admitted, its turn not started yet) to the
+// store; a task the store refuses is taken back out of the engine, and the
+// caller gets the error (ErrStoreFull when the store is full).
+func (s *Server) create(t *task) error {
+	if s.db == nil {
+		return nil
+	}
+	t.mu.Lock()
+	ok := s.frozen.Load() || s.writeLocked(t)
+	t.mu.Unlock()
+	if ok {
+		return nil
+	}
+	s.mu.Lock()
+	delete(s.tasks, t.id)
+	s.bytes -= t.bytes
+	s.live--
+	s.dropRunningLocked(t.owner)
+	s.inflight--
+	if s.closed && s.inflight == 0 {
+		close(s.idle)
+	}
+	s.mu.Unlock()
+	return fmt.Errorf("%w: the database did not take the task", ErrStoreFull)
 }
 
 // openLocked reports whether the engine takes work: not shutting down, and
@@ -978,6 +1070,9 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 	}
 	s.mu.Unlock()
 
+	if t.restored {
+		t.caller, t.restored = p, false // the same owner, with its grant as it is now
+	}
 	t.turns++
 	msg.ContextID = t.contextID
 	if q := t.status.Message; q != nil {
@@ -995,7 +1090,7 @@ func (s *Server) resume(p *pairing.Principal, params *a2a.MessageSendParams, siz
 	}
 	t.mu.Unlock()
 	ex := &Execution{s: s, t: t, msg: msg, ctx: ctx}
-	go s.runTurn(ctx, t, ex, false)
+	go s.runTurn(ctx, t, ex, turnExecute)
 	return t, sub, snap, nil
 }
 
@@ -1043,12 +1138,21 @@ func (s *Server) queued(t *task) {
 	t.setStatusLocked(a2a.TaskStateSubmitted, agentMessage(s.waitingText()), s.now())
 }
 
+// turnKind is what a turn starts with.
+type turnKind int
+
+const (
+	turnExecute  turnKind = iota // the executor (an answer to input-required)
+	turnApprove                  // the approval, then the executor (a new task)
+	turnReattach                 // the executor's Reattach (restored running)
+)
+
 // runTurn is the goroutine of one turn: the approval (first turn), then
 // the executor. It settles the task's state when the executor returns.
-func (s *Server) runTurn(ctx context.Context, t *task, ex *Execution, approve bool) {
+func (s *Server) runTurn(ctx context.Context, t *task, ex *Execution, kind turnKind) {
 	defer s.leave()
 
-	if approve {
+	if kind == turnApprove {
 		dec := s.approve(ctx, t, ex.msg)
 		if ctx.Err() == nil && !dec.Approved {
 			reason := dec.Reason
@@ -1067,10 +1171,21 @@ func (s *Server) runTurn(ctx context.Context, t *task, ex *Execution, approve bo
 			t.approvedSummary = t.summary
 		}
 		t.setStatusLocked(a2a.TaskStateWorking, nil, s.now())
+		if dec.ByOwner {
+			// A person's decision is on disk before anyone reads its
+			// effect: a restart then fails the task instead of asking
+			// again.
+			s.durableLocked(t)
+		}
 		t.mu.Unlock()
 	}
 
-	err := s.execute(ctx, ex)
+	var err error
+	if kind == turnReattach {
+		err = s.reattach(ctx, ex)
+	} else {
+		err = s.execute(ctx, ex)
+	}
 
 	t.mu.Lock()
 	oc := ex.outcome
@@ -1139,9 +1254,13 @@ func (s *Server) approve(ctx context.Context, t *task, msg *a2a.Message) Decisio
 	if s.opts.Approver == nil {
 		return Decision{Reason: "no approver configured"}
 	}
+	t.mu.Lock()
+	caller := t.caller
+	t.mu.Unlock()
 	return s.opts.Approver.ApproveTask(ctx, TaskApproval{
-		TaskID: t.id, ContextID: t.contextID, Caller: t.caller, Summary: t.summary, Message: msg,
-		Queued: func() { s.queued(t) },
+		TaskID: t.id, ContextID: t.contextID, Caller: caller, Summary: t.summary, Message: msg,
+		Deadline: t.deadline,
+		Queued:   func() { s.queued(t) },
 	})
 }
 

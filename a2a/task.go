@@ -15,15 +15,24 @@ import (
 // task is one task in the store. Fields above mu are set at creation and
 // never change; the rest is guarded by mu.
 type task struct {
+	srv       *Server
 	id        a2a.TaskID
 	owner     string // pairing.Principal.Owner() of the creator
 	contextID string // the caller's contextId (the wire form); the store key is (owner, contextID)
-	caller    *pairing.Principal
 	summary   string // what the owner is (or was) asked to approve
 	created   time.Time
+	// deadline is when the approval of the task's first turn is refused
+	// (created + Options.ApprovalTimeout, or as restored).
+	deadline time.Time
 
 	// mu protects everything below.
-	mu              sync.Mutex
+	mu sync.Mutex
+	// caller is the principal that created the task. A task restored from
+	// the database has one rebuilt from what was stored (grant id, name,
+	// listener) until its caller answers it: the answering request's
+	// principal (the same owner) replaces it before the turn starts.
+	caller          *pairing.Principal
+	restored        bool
 	status          a2a.TaskStatus
 	history         []*a2a.Message
 	artifacts       []*a2a.Artifact
@@ -65,6 +74,16 @@ type task struct {
 	// running, and is then in Server.parked[owner]; guarded by the
 	// Server's mu, changed only with t.mu held too.
 	parked bool
+
+	// Persistence (Options.Store), guarded by mu: stored once the store
+	// took the task's row; dirty while a change waits for the write-behind
+	// flusher (queued says it is in its list); hist caches the JSON of
+	// history[:histN], comma-joined (history only grows).
+	stored bool
+	dirty  bool
+	queued bool
+	hist   []byte
+	histN  int
 }
 
 type logEntry struct {
@@ -153,6 +172,11 @@ func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.T
 		Status:    t.status,
 		Final:     final,
 	}, final)
+	// Waiters woken above wait for mu, so a terminal or interrupted state
+	// is on disk before anyone reads it (persistLocked).
+	if t.srv != nil {
+		t.srv.persistLocked(t, final)
+	}
 	return true
 }
 

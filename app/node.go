@@ -238,6 +238,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		SignCard:             cardsig.Signer(n.identity),
 		MaxTasks:             cfg.A2A.MaxTasks,
 		MaxLiveTasksPerOwner: cfg.A2A.MaxLivePerGrant,
+		Store:                n.db,
+		ApprovalTimeout:      cfg.ApprovalTimeout.Duration,
 		// A2A off means off: the JSON-RPC endpoint is absent (404) like the
 		// card, and switching it off ends the live tasks.
 		RequirePublished: true,
@@ -245,6 +247,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	})
 	n.agent.SetPublished(settings.A2AEnabled)
 	n.attachDelegation()
+	// Before anything is served: the tasks of the last run, approvals
+	// asked again, running ones reattached or failed.
+	if _, err = n.agent.Restore(n.ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
 
 	n.disc = mesh.New(mesh.Options{
 		Self:   n.hello,
@@ -587,8 +594,9 @@ func (n *Node) watchPairing(ctx context.Context) {
 	}
 }
 
-// Close stops the node: live tasks end canceled with a final status, pending
-// approvals are refused, listeners close after requests in flight, grants'
+// Close stops the node: live tasks end canceled with a final status for
+// their streams (none of it written: the database keeps them as they were,
+// for the next start to restore), pending approvals are refused, listeners close after requests in flight, grants'
 // last-used times are flushed, the lock is released. Safe to call twice.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {

@@ -1,0 +1,367 @@
+package a2a
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	a2av1 "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"meshtray/store"
+)
+
+// openStore opens (or reopens) the database file path.
+func openStore(t *testing.T, path string, opts store.Options) *store.Store {
+	t.Helper()
+	db, err := store.Open(path, opts)
+	if err != nil {
+		t.Fatalf("store.Open: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// stop shuts the env's server down (gracefully, as a node's Close does).
+func (e *testEnv) stop(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+func sendNonBlocking(t *testing.T, env *testEnv, token string, msg *a2a.Message) *a2a.Task {
+	t.Helper()
+	no := false
+	res, err := env.client(t, token).SendMessage(context.Background(), &a2a.MessageSendParams{
+		Message: msg, Config: &a2a.MessageSendConfig{Blocking: &no},
+	})
+	if err != nil {
+		t.Fatalf("SendMessage: %v", err)
+	}
+	task, ok := res.(*a2a.Task)
+	if !ok {
+		t.Fatalf("SendMessage returned %T", res)
+	}
+	return task
+}
+
+func sendBlocking(t *testing.T, env *testEnv, token string, msg *a2a.Message) *a2a.Task {
+	t.Helper()
+	res, err := env.client(t, token).SendMessage(context.Background(), &a2a.MessageSendParams{Message: msg})
+	if err != nil {
+		t.Fatalf("SendMessage: %v", err)
+	}
+	task, ok := res.(*a2a.Task)
+	if !ok {
+		t.Fatalf("SendMessage returned %T", res)
+	}
+	return task
+}
+
+// TestRestartKeepsTasks drives a server on a real SQLite file, shuts it
+// down as a node's Close does, and starts a new one on the same file: the
+// official 0.3 and 1.0 clients read the old tasks (the owner's, never
+// another's); the input-required task is answered through the executor
+// with its restored state; the task that was running ended failed saying
+// why (not "node shutting down": a graceful stop writes nothing); the task
+// waiting for approval is asked again with its original deadline.
+func TestRestartKeepsTasks(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	started := make(chan a2a.TaskID, 1)
+	appr := newManualApprover()
+	// Tasks whose text starts "wait" go to the manual approver; others are
+	// allowed.
+	split := approverFunc(func(ctx context.Context, a TaskApproval) Decision {
+		if strings.HasPrefix(text(a.Message), "wait") {
+			return appr.ApproveTask(ctx, a)
+		}
+		return Decision{Approved: true}
+	})
+	env := newEnv(t, Options{Store: db, Approver: split, Executor: &scriptExecutor{started: started}})
+
+	echo := sendBlocking(t, env, tokA, userMsg("echo kept"))
+	if echo.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("echo: %s", echo.Status.State)
+	}
+	// The terminal state was on disk when the caller read it.
+	if rec, err := db.Task(context.Background(), string(echo.ID)); err != nil || rec.State != store.StateCompleted {
+		t.Fatalf("stored echo task: %+v %v", rec.State, err)
+	}
+	ask := sendBlocking(t, env, tokA, userMsg("ask"))
+	if ask.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("ask: %s", ask.Status.State)
+	}
+	sleeping := sendNonBlocking(t, env, tokA, userMsg("sleep"))
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("sleep did not start")
+	}
+	waiting := sendNonBlocking(t, env, tokB, userMsg("wait for me"))
+	first := appr.next(t)
+	theirs := sendBlocking(t, env, tokB, userMsg("echo theirs"))
+	env.stop(t)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db2 := openStore(t, path, store.Options{})
+	appr2 := newManualApprover()
+	env2 := newEnv(t, Options{Store: db2, Approver: appr2})
+	want := Restored{Tasks: 5, Waiting: 1, Approvals: 1, Failed: 1}
+	if env2.restored != want {
+		t.Fatalf("Restore = %+v, want %+v", env2.restored, want)
+	}
+
+	// The approval is asked again, with the original deadline.
+	again := appr2.next(t)
+	if again.TaskID != waiting.ID || !again.Deadline.Equal(first.Deadline) || again.Deadline.IsZero() {
+		t.Fatalf("asked again: task %s deadline %v, want %s %v", again.TaskID, again.Deadline, waiting.ID, first.Deadline)
+	}
+	if again.Caller.Owner() != "grantB" || again.Summary != first.Summary {
+		t.Fatalf("asked again for %q by %q", again.Summary, again.Caller.Owner())
+	}
+
+	c := env2.client(t, tokA)
+	ctx := context.Background()
+	got, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: echo.ID})
+	if err != nil {
+		t.Fatalf("tasks/get after the restart: %v", err)
+	}
+	if got.Status.State != a2a.TaskStateCompleted || len(got.Artifacts) != 1 || len(got.History) != 1 ||
+		text(got.History[0]) != "echo kept" || got.ContextID != echo.ContextID {
+		t.Fatalf("restored echo: %+v", got)
+	}
+	if tp, ok := got.Artifacts[0].Parts[0].(a2a.TextPart); !ok || tp.Text != "kept" {
+		t.Fatalf("restored artifact: %+v", got.Artifacts[0])
+	}
+	run, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: sleeping.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status.State != a2a.TaskStateFailed || text(run.Status.Message) != RestartedText {
+		t.Fatalf("the running task after the restart: %s %q", run.Status.State, text(run.Status.Message))
+	}
+	// Another owner's tasks stay invisible.
+	if _, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: theirs.ID}); !errIs(err, a2a.ErrTaskNotFound) {
+		t.Fatalf("another owner's restored task: %v", err)
+	}
+
+	// The input-required task continues through the executor, with the
+	// state it stored (Value "asked").
+	answer := userMsg("forty-two")
+	answer.TaskID = ask.ID
+	res, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: answer})
+	if err != nil {
+		t.Fatalf("answering the restored task: %v", err)
+	}
+	done := res.(*a2a.Task)
+	if done.Status.State != a2a.TaskStateCompleted || len(done.Artifacts) != 1 || text(done.Status.Message) != "thanks" {
+		t.Fatalf("answered restored task: %s %q %d artifacts", done.Status.State, text(done.Status.Message), len(done.Artifacts))
+	}
+	if tp := done.Artifacts[0].Parts[0].(a2a.TextPart); tp.Text != "forty-two" {
+		t.Fatalf("answer artifact %q", tp.Text)
+	}
+	if len(done.History) != 3 || text(done.History[1]) != "what?" {
+		t.Fatalf("history of the answered task: %d messages", len(done.History))
+	}
+
+	// A 1.0 client (a2a-go v2) reads them too: GetTask and ListTasks.
+	c1 := env2.clientV1(t, tokA)
+	t1, err := c1.GetTask(ctx, &a2av1.GetTaskRequest{ID: a2av1.TaskID(echo.ID)})
+	if err != nil {
+		t.Fatalf("GetTask (1.0) after the restart: %v", err)
+	}
+	if t1.Status.State != a2av1.TaskStateCompleted || len(t1.Artifacts) != 1 {
+		t.Fatalf("GetTask (1.0): %+v", t1.Status)
+	}
+	list, err := c1.ListTasks(ctx, &a2av1.ListTasksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, tk := range list.Tasks {
+		ids = append(ids, string(tk.ID))
+	}
+	slices.Sort(ids)
+	wantIDs := []string{string(echo.ID), string(ask.ID), string(sleeping.ID)}
+	slices.Sort(wantIDs)
+	if !slices.Equal(ids, wantIDs) {
+		t.Fatalf("ListTasks after the restart: %v, want %v", ids, wantIDs)
+	}
+
+	// Approving the restored request runs it.
+	again.answer <- Decision{Approved: true, ByOwner: true}
+	waitFor(t, "the restored approval's task", func() bool {
+		tk, err := env2.client(t, tokB).GetTask(ctx, &a2a.TaskQueryParams{ID: waiting.ID})
+		return err == nil && tk.Status.State == a2a.TaskStateCompleted
+	})
+}
+
+type approverFunc func(ctx context.Context, a TaskApproval) Decision
+
+func (f approverFunc) ApproveTask(ctx context.Context, a TaskApproval) Decision { return f(ctx, a) }
+
+// TestRestartPastApprovalDeadline: a task whose approval deadline passed
+// while the node was stopped is rejected with the reason, the Approver not
+// asked.
+func TestRestartPastApprovalDeadline(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	appr := newManualApprover()
+	env := newEnv(t, Options{Store: db, Approver: appr, ApprovalTimeout: time.Minute})
+	task := sendNonBlocking(t, env, tokA, userMsg("echo late"))
+	a := appr.next(t)
+	if d := a.Deadline.Sub(time.Now()); d < 50*time.Second || d > time.Minute {
+		t.Fatalf("deadline %v from now, want about a minute", d)
+	}
+	env.stop(t)
+	db.Close()
+
+	db2 := openStore(t, path, store.Options{})
+	later := func() time.Time { return time.Now().Add(2 * time.Minute) }
+	asked := make(chan TaskApproval, 1)
+	env2 := newEnv(t, Options{Store: db2, Now: later, Approver: approverFunc(func(_ context.Context, a TaskApproval) Decision {
+		asked <- a
+		return Decision{Approved: true}
+	})})
+	if env2.restored.Rejected != 1 || env2.restored.Approvals != 0 {
+		t.Fatalf("Restore = %+v", env2.restored)
+	}
+	got, err := env2.client(t, tokA).GetTask(context.Background(), &a2a.TaskQueryParams{ID: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.State != a2a.TaskStateRejected || !strings.Contains(text(got.Status.Message), "no answer within 1m0s") {
+		t.Fatalf("late task: %s %q", got.Status.State, text(got.Status.Message))
+	}
+	select {
+	case a := <-asked:
+		t.Fatalf("the approver was asked about %s", a.TaskID)
+	default:
+	}
+	// On disk too: a third start finds it rejected.
+	if rec, err := db2.Task(context.Background(), string(task.ID)); err != nil || rec.State != store.StateRejected {
+		t.Fatalf("stored: %s %v", rec.State, err)
+	}
+}
+
+// reattachExecutor is scriptExecutor with Reattach: it completes a
+// restored running turn with what its stored state says.
+type reattachExecutor struct {
+	scriptExecutor
+	mu       sync.Mutex
+	attached []string
+}
+
+func (x *reattachExecutor) Execute(ctx context.Context, ex *Execution) error {
+	if text(ex.Message()) == "long" {
+		ex.SetValue(map[string]string{"job": "j-7"})
+		ex.Working("started")
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return x.scriptExecutor.Execute(ctx, ex)
+}
+
+func (x *reattachExecutor) Reattach(ctx context.Context, ex *Execution) error {
+	var st map[string]string
+	if !ex.DecodeValue(&st) {
+		ex.Fail("no state")
+		return nil
+	}
+	x.mu.Lock()
+	x.attached = append(x.attached, st["job"])
+	x.mu.Unlock()
+	ex.Complete("picked up " + st["job"] + " for " + text(ex.Message()))
+	return nil
+}
+
+// TestRestartReattach: a running task of an executor with Reattach is
+// handed to it after the restart, with the state it had stored.
+func TestRestartReattach(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	env := newEnv(t, Options{Store: db, Executor: &reattachExecutor{}})
+	task := sendNonBlocking(t, env, tokA, userMsg("long"))
+	waitFor(t, "the state on disk", func() bool {
+		rec, err := db.Task(context.Background(), string(task.ID))
+		return err == nil && strings.Contains(string(rec.ExecState), "j-7") && rec.State == store.StateWorking
+	})
+	env.stop(t)
+	db.Close()
+
+	db2 := openStore(t, path, store.Options{})
+	x := &reattachExecutor{}
+	env2 := newEnv(t, Options{Store: db2, Executor: x})
+	if env2.restored.Reattached != 1 {
+		t.Fatalf("Restore = %+v", env2.restored)
+	}
+	waitFor(t, "the reattached task", func() bool {
+		got, err := env2.client(t, tokA).GetTask(context.Background(), &a2a.TaskQueryParams{ID: task.ID})
+		return err == nil && got.Status.State == a2a.TaskStateCompleted && text(got.Status.Message) == "picked up j-7 for long"
+	})
+}
+
+// TestRestoreBounds: a store holding more tasks than MaxTasks restores the
+// newest terminal ones within the bound and every live one.
+func TestRestoreBounds(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	env := newEnv(t, Options{Store: db})
+	var ids []a2a.TaskID
+	for i := range 6 {
+		ids = append(ids, sendBlocking(t, env, tokA, userMsg("echo "+string(rune('a'+i)))).ID)
+	}
+	ask := sendBlocking(t, env, tokA, userMsg("ask"))
+	env.stop(t)
+	db.Close()
+
+	db2 := openStore(t, path, store.Options{})
+	env2 := newEnv(t, Options{Store: db2, MaxTasks: 3})
+	if env2.restored.Tasks != 7 || env2.restored.Waiting != 1 {
+		t.Fatalf("Restore = %+v", env2.restored)
+	}
+	infos := env2.srv.Tasks()
+	var got []string
+	for _, ti := range infos {
+		got = append(got, ti.ID)
+	}
+	want := []string{string(ids[4]), string(ids[5]), string(ask.ID)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("kept %v, want %v", got, want)
+	}
+}
+
+// TestShutdownLeavesTheDatabase: Shutdown with a store writes none of its
+// cancellations: the database holds the tasks as they were.
+func TestShutdownLeavesTheDatabase(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	started := make(chan a2a.TaskID, 1)
+	env := newEnv(t, Options{Store: db, Executor: &scriptExecutor{started: started}})
+	ask := sendBlocking(t, env, tokA, userMsg("ask"))
+	run := sendNonBlocking(t, env, tokA, userMsg("sleep"))
+	<-started
+	env.stop(t)
+	ctx := context.Background()
+	for id, want := range map[a2a.TaskID]store.State{ask.ID: store.StateInputRequired, run.ID: store.StateWorking} {
+		rec, err := db.Task(ctx, string(id))
+		if err != nil || rec.State != want {
+			t.Errorf("task %s on disk after Shutdown: %s %v, want %s", id, rec.State, err, want)
+		}
+	}
+}
