@@ -85,6 +85,10 @@ type Grant struct {
 	OS       string    `json:"os,omitempty"`
 	Scopes   Scopes    `json:"scopes"`
 	Policy   Policy    `json:"approval"` // approval policy for delegations from this grant
+	// FilesPolicy is the approval policy for file transfers from this
+	// grant, apart from Policy: "" and ask ask the owner, allow saves
+	// without asking ("Always allow files from this device"), deny refuses.
+	FilesPolicy Policy `json:"files_approval,omitempty"`
 	Status   Status    `json:"status"`
 	Created  time.Time `json:"created"`
 	LastUsed time.Time `json:"last_used,omitzero"`
