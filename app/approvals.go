@@ -20,6 +20,7 @@ const (
 	KindDelegation ApprovalKind = "delegation" // a new incoming A2A task
 	KindCapability ApprovalKind = "capability" // a capability call under policy ask
 	KindPairing    ApprovalKind = "pairing"    // a device claiming a pairing code
+	KindFiles      ApprovalKind = "files"      // files sent to this device (an incoming A2A task with FileParts)
 )
 
 // Approval is one request waiting for the owner (GET /approvals).
@@ -46,9 +47,25 @@ type Approval struct {
 	Scopes pairing.Scopes `json:"scopes,omitempty"` // requested scopes (pairing)
 	SAS    string         `json:"sas,omitempty"`    // pairing: must match the claimant's screen
 	TaskID string         `json:"task_id,omitempty"`
+	// Files are the files of a transfer (KindFiles), in sending order, at
+	// most maxApprovalFiles (FilesMore counts the rest); TotalSize is the
+	// bytes of all of them and Dir the folder they are saved in.
+	Files     []ApprovalFile `json:"files,omitempty"`
+	FilesMore int            `json:"files_more,omitempty"`
+	TotalSize int64          `json:"total_size,omitempty"`
+	Dir       string         `json:"dir,omitempty"`
 	// Created and Expires bound the wait; at Expires the request is refused.
 	Created time.Time `json:"created"`
 	Expires time.Time `json:"expires"`
+}
+
+// ApprovalFile is one file of a transfer waiting for the owner.
+type ApprovalFile struct {
+	// Path is the path it was sent under ("folder/name.ext"), escaped like
+	// summaries (textsafe.EscapeInvisible) and bounded.
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	MediaType string `json:"media_type,omitempty"`
 }
 
 // Decision values of ApprovalDecision.Decision.
@@ -64,7 +81,8 @@ type ApprovalDecision struct {
 	// requested, narrowed to agent,node... see Decide).
 	Scopes pairing.Scopes `json:"scopes,omitempty"`
 	// Always sets the grant's policy to allow (delegations and capability
-	// calls): "Always allow from this device".
+	// calls): "Always allow from this device"; for files, the grant's
+	// files policy: "Always allow files from this device".
 	Always bool `json:"always,omitempty"`
 	// Where the decision was made: store.WhereTray, WhereCLI or WherePhone
 	// as the deciding client says; the node sets WherePolicy and

@@ -54,6 +54,9 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	if err != nil {
 		return agent.Decision{Reason: "grant no longer exists"}
 	}
+	if in, err, ok := (transferExecutor{n: n}).isTransfer(t.Message); ok {
+		return n.approveFiles(ctx, t, g, in, err)
+	}
 	switch g.Policy {
 	case pairing.PolicyAllow:
 		return agent.Decision{Approved: true}
@@ -217,8 +220,8 @@ func (n *Node) Decide(id string, d ApprovalDecision) error {
 		return fmt.Errorf("%w: %s (meshtray approvals lists them)", ErrNoApproval, clipID(id))
 	}
 	if d.Approved() && (d.Always || len(d.Scopes) > 0) {
-		if d.Always && a.Kind != KindDelegation {
-			return badRequest("\"always allow\" applies only to delegations; %s is a %s request", id, a.Kind)
+		if d.Always && a.Kind != KindDelegation && a.Kind != KindFiles {
+			return badRequest("\"always allow\" applies only to delegations and files; %s is a %s request", id, a.Kind)
 		}
 		if len(d.Scopes) > 0 && a.Kind != KindPairing {
 			return badRequest("scopes apply only to pairing requests; %s is a %s request", id, a.Kind)

@@ -339,3 +339,42 @@ func (s *Stream[T]) Next() (T, error) {
 
 // Close ends the stream.
 func (s *Stream[T]) Close() error { return s.body.Close() }
+
+// SendFiles is POST /files/send (owner only): the files and folders at
+// paths (absolute; the node reads them) to the paired device named device
+// (its name, or its short or full device ID), followed to the end. onEvent
+// (may be nil) gets every state and progress line; the result line is
+// returned. An error is a refusal before anything was sent (*APIError:
+// 404 no such device, 400 a path that cannot be read, 409 a device reached
+// only through its browser page, 502 the device unreachable), or the
+// stream cut before its result; a transfer that ended otherwise than
+// completed is a SendResult with that State and no error.
+func (c *Client) SendFiles(ctx context.Context, device string, paths []string, onEvent func(SendEvent)) (SendResult, error) {
+	s, err := openStream[SendEvent](ctx, c, http.MethodPost, "/files/send", SendRequest{Device: device, Paths: paths})
+	if err != nil {
+		return SendResult{}, err
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the node ended the transfer's stream without its result")
+			}
+			return SendResult{}, err
+		}
+		if ev.Type == SendEventResult && ev.Result != nil {
+			return *ev.Result, nil
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+}
+
+// ReceivedFiles is GET /files/received: the transfers this device received
+// recently (at most 32, newest first), each with what was saved where.
+func (c *Client) ReceivedFiles(ctx context.Context) ([]ReceivedTransfer, error) {
+	var rs []ReceivedTransfer
+	return rs, c.Do(ctx, http.MethodGet, "/files/received", nil, &rs)
+}

@@ -49,6 +49,7 @@ type Config struct {
 
 	A2A   A2AConfig   `toml:"a2a" json:"a2a"`
 	Nodes NodesConfig `toml:"nodes" json:"nodes"`
+	Files FilesConfig `toml:"files" json:"files"`
 
 	// ResetDatabase moves an unreadable database aside (kept as
 	// meshtray.db.corrupt-<time>) and starts with an empty one; only from
@@ -96,6 +97,77 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("forward", c.A2A.Forward),
 		slog.Int("run_rules", len(c.Nodes.Run)),
 	)
+}
+
+// FilesConfig configures receiving files (package files). Sizes are bytes,
+// written as a number or with a unit: "16GiB", "500MB" (ByteSize).
+type FilesConfig struct {
+	// Dir is the receive folder. Default: files.DefaultDir(), the user's
+	// download folder + "/meshtray".
+	Dir string `toml:"dir" json:"dir"`
+	// MaxFileSize bounds one file (default files.DefaultMaxFileSize, 16 GiB).
+	MaxFileSize ByteSize `toml:"max_file_size" json:"max_file_size"`
+	// MaxTransferSize bounds all files of one transfer (default
+	// files.DefaultMaxTransferSize, 64 GiB).
+	MaxTransferSize ByteSize `toml:"max_transfer_size" json:"max_transfer_size"`
+	// MaxFiles bounds the files of one transfer (default
+	// files.DefaultMaxFiles, 1000).
+	MaxFiles int `toml:"max_files" json:"max_files"`
+	// KeepFree is the free space a transfer must leave on the folder's disk
+	// (default files.DefaultKeepFree, 256 MiB).
+	KeepFree ByteSize `toml:"keep_free" json:"keep_free"`
+}
+
+// ByteSize is a size in bytes, written in config files as a number or a
+// number with a unit: B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB
+// (powers of 1024; "K", "M", "G", "T" alone are read as these).
+type ByteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1},
+}
+
+// UnmarshalText reads "16GiB", "500 MB", "1048576".
+func (b *ByteSize) UnmarshalText(t []byte) error {
+	s := strings.ToLower(strings.TrimSpace(string(t)))
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	var v float64
+	if _, err := fmt.Sscanf(s, "%g", &v); err != nil || v < 0 || fmt.Sprint(v) == "NaN" {
+		return fmt.Errorf("size %q: want a number of bytes, or one with a unit (16GiB, 500MB)", string(t))
+	}
+	if v*float64(mult) > 1<<62 {
+		return fmt.Errorf("size %q is too large", string(t))
+	}
+	*b = ByteSize(v * float64(mult))
+	return nil
+}
+
+// UnmarshalJSON takes a number or a string (UnmarshalText).
+func (b *ByteSize) UnmarshalJSON(j []byte) error {
+	if len(j) > 0 && j[0] == '"' {
+		var s string
+		if err := json.Unmarshal(j, &s); err != nil {
+			return err
+		}
+		return b.UnmarshalText([]byte(s))
+	}
+	var v int64
+	if err := json.Unmarshal(j, &v); err != nil {
+		return fmt.Errorf("size: %w", err)
+	}
+	*b = ByteSize(v)
+	return nil
 }
 
 // NodesConfig configures the capability registry.
@@ -236,6 +308,12 @@ func (c *Config) Validate() error {
 	}
 	if c.A2A.MaxTasks <= 0 || c.A2A.MaxLivePerGrant <= 0 {
 		errs = append(errs, errors.New("a2a.max_tasks and a2a.max_live_per_grant must be positive"))
+	}
+	if c.Files.MaxFileSize < 0 || c.Files.MaxTransferSize < 0 || c.Files.MaxFiles < 0 || c.Files.KeepFree < 0 {
+		errs = append(errs, errors.New("files: sizes and max_files must not be negative"))
+	}
+	if c.Files.Dir != "" && !filepath.IsAbs(c.Files.Dir) {
+		errs = append(errs, fmt.Errorf("files.dir %q must be an absolute path", c.Files.Dir))
 	}
 	for i, r := range c.Nodes.Run {
 		if r.Name == "" {

@@ -23,6 +23,7 @@ import (
 	agent "meshtray/a2a"
 	"meshtray/a2a/cardsig"
 	"meshtray/assets"
+	"meshtray/files"
 	"meshtray/keychain"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -54,6 +55,7 @@ type Node struct {
 	pairer       *pairing.Pairer
 	registry     *nodes.Registry
 	deleg        *delegation // agents, outbound view, forward executor (agents.go)
+	recv         *receiving  // the receive folder and recent transfers (receive.go)
 	agent        *agent.Server
 	disc         *mesh.Discovery
 	listeners    *listenerSet
@@ -228,6 +230,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	n.startFiles()
+	exec = transferExecutor{n: n, next: exec} // messages with FileParts are file transfers (receive.go)
 	n.agent = agent.NewServer(agent.Options{
 		DeviceName:           cfg.Name,
 		OSEnvironment:        n.osEnv,
@@ -374,6 +378,8 @@ func (n *Node) routes(mux *http.ServeMux) {
 	mux.Handle("POST "+agent.RPCPath, n.agent.Gate(a.Require(pairing.ScopeAgent, n.agent)))
 	mux.Handle("GET /nodes/manifest", a.LocalOr(pairing.ScopeNode, n.registry.ManifestHandler()))
 	mux.Handle("POST /nodes/invoke", a.LocalOr(pairing.ScopeNode, n.registry.InvokeHandler()))
+	mux.Handle(files.Prefix, a.Require(pairing.ScopeAgent, n.filesHandler()))
+	n.sendRoutes(mux)
 	mux.Handle("GET "+mesh.HelloPath, a.Public(n.disc.HelloHandler()))
 	n.pairer.Mount(mux, a)
 	mux.Handle("GET "+assets.PairPath, a.Public(assets.PairPage()))
@@ -609,6 +615,7 @@ func (n *Node) Close() error {
 			}
 		}
 		n.closeDelegation()
+		n.closeFiles()
 		n.approvals.Close()
 		if n.pairer != nil {
 			n.pairer.Close()

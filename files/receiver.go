@@ -12,7 +12,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -102,8 +104,41 @@ func NewReceiver(dir string, limits Limits, logger *slog.Logger) (*Receiver, err
 	if err != nil {
 		return nil, fmt.Errorf("files: receive folder: %w", err)
 	}
-	return &Receiver{dir: abs, root: root, limits: limits.withDefaults(), log: logger,
-		transfers: make(map[string]*Transfer)}, nil
+	r := &Receiver{dir: abs, root: root, limits: limits.withDefaults(), log: logger,
+		transfers: make(map[string]*Transfer)}
+	if n, err := r.sweep(); n > 0 || err != nil {
+		logger.Info("files: removed partial files of transfers that did not finish", "files", n, "err", err)
+	}
+	return r, nil
+}
+
+// maxSweepDepth bounds how deep sweep looks (CleanPath allows 16 levels).
+const maxSweepDepth = 17
+
+// sweep removes the partial files a previous process left behind: a
+// transfer lives only as long as the process that began it, so at start
+// every ".*.meshtray-partial" in the folder is stale. It returns how many
+// it removed.
+func (r *Receiver) sweep() (int, error) {
+	n := 0
+	err := fs.WalkDir(r.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable: skip, as a sender cannot put a partial there either
+		}
+		if d.IsDir() {
+			if strings.Count(p, "/") >= maxSweepDepth {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if name := d.Name(); strings.HasPrefix(name, ".") && strings.HasSuffix(name, partialSuffix) && d.Type().IsRegular() {
+			if err := r.root.Remove(p); err == nil {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // Dir is the absolute receive folder.
@@ -158,43 +193,10 @@ func (r *Receiver) Begin(id, sender string, m Manifest) (*Transfer, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("%w: transfer id must be 1-64 of [A-Za-z0-9_-]", ErrBadManifest)
 	}
-	l := r.limits
-	if len(m.Files) == 0 {
-		return nil, fmt.Errorf("%w: no files", ErrBadManifest)
+	t, total, err := r.prepare(id, sender, m)
+	if err != nil {
+		return nil, err
 	}
-	if len(m.Files) > l.MaxFiles {
-		return nil, fmt.Errorf("%w: %d files, at most %d", ErrTooMany, len(m.Files), l.MaxFiles)
-	}
-	t := &Transfer{ID: id, Sender: sender, r: r, sem: make(chan struct{}, l.MaxUploads),
-		done: make(chan struct{}), files: make([]*recvFile, len(m.Files))}
-	t.wake, t.end = context.WithCancel(context.Background())
-	var total int64
-	for i, e := range m.Files {
-		clean, err := CleanPath(e.Path)
-		if err != nil {
-			return nil, fmt.Errorf("file %d: %w", i, err)
-		}
-		if path.Base(e.Path) != e.Name {
-			return nil, fmt.Errorf("%w: file %d: path does not end in name", ErrBadManifest, i)
-		}
-		if e.Size < 0 {
-			return nil, fmt.Errorf("%w: file %d: negative size", ErrBadManifest, i)
-		}
-		if e.Size > l.MaxFileSize {
-			return nil, fmt.Errorf("%w: file %d: %d bytes, at most %d", ErrTooLarge, i, e.Size, l.MaxFileSize)
-		}
-		if err := checkSHA256(e.SHA256); err != nil {
-			return nil, fmt.Errorf("file %d: %w", i, err)
-		}
-		total += e.Size
-		if total > l.MaxTransferSize {
-			return nil, fmt.Errorf("%w: more than %d bytes in the transfer", ErrTooLarge, l.MaxTransferSize)
-		}
-		t.files[i] = &recvFile{entry: e, clean: clean,
-			partial: path.Join(path.Dir(clean), "."+id+"."+strconv.Itoa(i)+partialSuffix)}
-	}
-	t.remaining = len(t.files)
-
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -203,19 +205,89 @@ func (r *Receiver) Begin(id, sender string, m Manifest) (*Transfer, error) {
 	if _, ok := r.transfers[id]; ok {
 		return nil, ErrExists
 	}
+	if err := r.spaceLocked(total); err != nil {
+		return nil, err
+	}
+	r.transfers[id] = t
+	return t, nil
+}
+
+// Check runs Begin's checks of m (names, sizes, count, free space now)
+// without registering anything: a transfer Check refuses, Begin refuses;
+// one it accepts may still be refused by Begin if the disk filled up
+// meanwhile. Same errors as Begin.
+func (r *Receiver) Check(m Manifest) error {
+	t, total, err := r.prepare("check", "", m)
+	if err != nil {
+		return err
+	}
+	t.end()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	return r.spaceLocked(total)
+}
+
+// spaceLocked refuses a transfer of total bytes that would leave less than
+// KeepFree once every active transfer completes; r.mu held.
+func (r *Receiver) spaceLocked(total int64) error {
+	l := r.limits
 	need := uint64(total) + uint64(l.KeepFree)
 	for _, o := range r.transfers {
 		need += uint64(o.pendingBytes())
 	}
 	free, err := freeSpace(r.dir)
 	if err != nil {
-		return nil, fmt.Errorf("files: free space: %w", err)
+		return fmt.Errorf("files: free space: %w", err)
 	}
 	if free < need {
-		return nil, fmt.Errorf("%w: %d bytes needed (with %d kept free), %d available", ErrNoSpace, need, l.KeepFree, free)
+		return fmt.Errorf("%w: %d bytes needed (with %d kept free), %d available", ErrNoSpace, need, l.KeepFree, free)
 	}
-	r.transfers[id] = t
-	return t, nil
+	return nil
+}
+
+// prepare checks m and builds its transfer (not registered); it returns
+// the transfer and its total size.
+func (r *Receiver) prepare(id, sender string, m Manifest) (*Transfer, int64, error) {
+	l := r.limits
+	if len(m.Files) == 0 {
+		return nil, 0, fmt.Errorf("%w: no files", ErrBadManifest)
+	}
+	if len(m.Files) > l.MaxFiles {
+		return nil, 0, fmt.Errorf("%w: %d files, at most %d", ErrTooMany, len(m.Files), l.MaxFiles)
+	}
+	t := &Transfer{ID: id, Sender: sender, r: r, sem: make(chan struct{}, l.MaxUploads),
+		done: make(chan struct{}), files: make([]*recvFile, len(m.Files))}
+	t.wake, t.end = context.WithCancel(context.Background())
+	var total int64
+	for i, e := range m.Files {
+		clean, err := CleanPath(e.Path)
+		if err != nil {
+			return nil, 0, fmt.Errorf("file %d: %w", i, err)
+		}
+		if path.Base(e.Path) != e.Name {
+			return nil, 0, fmt.Errorf("%w: file %d: path does not end in name", ErrBadManifest, i)
+		}
+		if e.Size < 0 {
+			return nil, 0, fmt.Errorf("%w: file %d: negative size", ErrBadManifest, i)
+		}
+		if e.Size > l.MaxFileSize {
+			return nil, 0, fmt.Errorf("%w: file %d: %d bytes, at most %d", ErrTooLarge, i, e.Size, l.MaxFileSize)
+		}
+		if err := checkSHA256(e.SHA256); err != nil {
+			return nil, 0, fmt.Errorf("file %d: %w", i, err)
+		}
+		total += e.Size
+		if total > l.MaxTransferSize {
+			return nil, 0, fmt.Errorf("%w: more than %d bytes in the transfer", ErrTooLarge, l.MaxTransferSize)
+		}
+		t.files[i] = &recvFile{entry: e, clean: clean,
+			partial: path.Join(path.Dir(clean), "."+id+"."+strconv.Itoa(i)+partialSuffix)}
+	}
+	t.remaining = len(t.files)
+	return t, total, nil
 }
 
 // Transfer returns the registered transfer id (ErrNotFound).
@@ -486,6 +558,12 @@ func (t *Transfer) finish(f *recvFile) (*Saved, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The new name (and the partial's removal) is durable only once the
+	// directory holding it is synced (fsync(2): a file's fsync does not
+	// sync its directory entry).
+	if err := t.r.syncDir(path.Dir(final)); err != nil {
+		return nil, err
+	}
 	s := &Saved{Path: final, Size: f.entry.Size, MediaType: f.entry.MediaType, SHA256: sum}
 	t.mu.Lock()
 	f.saved = s
@@ -500,6 +578,24 @@ func (t *Transfer) finish(f *recvFile) (*Saved, error) {
 		t.r.log.Info("files: transfer complete", "transfer", t.ID, "files", len(t.files))
 	}
 	return s, nil
+}
+
+// syncDir fsyncs the root-relative directory dir. A file system that
+// cannot sync a directory (EINVAL, as some FUSE and network ones) is not
+// an error, nor is one where a directory cannot be opened for it (Windows).
+func (r *Receiver) syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil // NTFS journals directory entries; FlushFileBuffers on a directory is refused
+	}
+	d, err := r.root.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("files: syncing the folder: %w", err)
+	}
+	return nil
 }
 
 // maxNumbered bounds the "name (k).ext" search.

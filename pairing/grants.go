@@ -431,6 +431,25 @@ func (g *Grants) SetPolicy(id string, p Policy) error {
 	}, func(gr *Grant) { gr.Policy = p })
 }
 
+// SetFilesPolicy sets the approval policy for file transfers of grant id
+// (Grant.FilesPolicy); "" is ask.
+func (g *Grants) SetFilesPolicy(id string, p Policy) error {
+	if p != "" && !p.Valid() {
+		return fmt.Errorf("%w: unknown approval policy %q", ErrInvalid, clip(string(p), 16))
+	}
+	return g.update(id, func(old, next Grant) bool {
+		return Stricter(filesPolicy(old.FilesPolicy), filesPolicy(next.FilesPolicy)) == filesPolicy(next.FilesPolicy) && old.FilesPolicy != next.FilesPolicy
+	}, func(gr *Grant) { gr.FilesPolicy = p })
+}
+
+// filesPolicy reads an empty FilesPolicy as ask.
+func filesPolicy(p Policy) Policy {
+	if p == "" {
+		return PolicyAsk
+	}
+	return p
+}
+
 // update applies mutate to a copy of grant id and stores it. A change
 // restrictive(old, next) judges restrictive (computed here, under wmu) is
 // visible to Authenticate before the keychain write; others after it.
@@ -446,7 +465,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 	}
 	ne := &grantEntry{grant: old.grant, hash: old.hash, use: old.use}
 	mutate(&ne.grant)
-	if ne.grant.Status == old.grant.Status && ne.grant.Policy == old.grant.Policy {
+	if ne.grant.Status == old.grant.Status && ne.grant.Policy == old.grant.Policy && ne.grant.FilesPolicy == old.grant.FilesPolicy {
 		return nil
 	}
 	restrictive := restrictiveFn(old.grant, ne.grant)

@@ -79,15 +79,19 @@ const (
 // Grant is one bearer grant this device issued to a peer. The token itself is
 // never part of a Grant: the store keeps only its hash.
 type Grant struct {
-	ID       string    `json:"id"`
-	PeerID   string    `json:"peer_id,omitempty"` // device ID of the holder; empty for CLI-minted grants
-	Name     string    `json:"name"`
-	OS       string    `json:"os,omitempty"`
-	Scopes   Scopes    `json:"scopes"`
-	Policy   Policy    `json:"approval"` // approval policy for delegations from this grant
-	Status   Status    `json:"status"`
-	Created  time.Time `json:"created"`
-	LastUsed time.Time `json:"last_used,omitzero"`
+	ID     string `json:"id"`
+	PeerID string `json:"peer_id,omitempty"` // device ID of the holder; empty for CLI-minted grants
+	Name   string `json:"name"`
+	OS     string `json:"os,omitempty"`
+	Scopes Scopes `json:"scopes"`
+	Policy Policy `json:"approval"` // approval policy for delegations from this grant
+	// FilesPolicy is the approval policy for file transfers from this
+	// grant, apart from Policy: "" and ask ask the owner, allow saves
+	// without asking ("Always allow files from this device"), deny refuses.
+	FilesPolicy Policy    `json:"files_approval,omitempty"`
+	Status      Status    `json:"status"`
+	Created     time.Time `json:"created"`
+	LastUsed    time.Time `json:"last_used,omitzero"`
 	// Uncollected: approved in a pairing whose device has not collected
 	// the token yet; the token is refused until it does, and the grant is
 	// revoked if the node stops first (IssueRequest.Uncollected).

@@ -77,7 +77,11 @@ type Options struct {
 	// Name is the device name; default "node".
 	Name string
 	// Config is written to config.toml in the state dir before start.
+	// Unless it has a [files] table, files.dir is set to FilesDir.
 	Config string
+	// FilesDir is the node's receive folder; default <StateDir>/received
+	// (a test node never writes to the user's download folder).
+	FilesDir string
 	// Args are extra flags for `meshtray serve`.
 	Args []string
 	// Env is extra environment for the node.
@@ -87,6 +91,7 @@ type Options struct {
 // Node is a running `meshtray serve` child process.
 type Node struct {
 	StateDir string
+	FilesDir string // the receive folder (Options.FilesDir)
 	Port     int
 	BaseURL  string // http://127.0.0.1:PORT
 	Client   *app.Client
@@ -121,6 +126,12 @@ func StartNode(t testing.TB, o Options) *Node {
 	if o.Name == "" {
 		o.Name = "node"
 	}
+	if o.FilesDir == "" {
+		o.FilesDir = filepath.Join(o.StateDir, "received")
+	}
+	if !strings.Contains(o.Config, "[files]") {
+		o.Config += fmt.Sprintf("\n[files]\ndir = %q\n", o.FilesDir)
+	}
 	if o.Config != "" {
 		if err := os.WriteFile(filepath.Join(o.StateDir, "config.toml"), []byte(o.Config), 0o600); err != nil {
 			t.Fatal(err)
@@ -131,7 +142,7 @@ func StartNode(t testing.TB, o Options) *Node {
 		args = append(args, "--keychain", o.Keychain)
 	}
 	args = append(args, o.Args...)
-	n := &Node{StateDir: o.StateDir, t: t, done: make(chan struct{})}
+	n := &Node{StateDir: o.StateDir, FilesDir: o.FilesDir, t: t, done: make(chan struct{})}
 	n.Cmd = Command(context.Background(), o.Env, args...)
 	n.Cmd.Stdout = syncWriter{n}
 	n.Cmd.Stderr = syncWriter{n}

@@ -1,0 +1,445 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	agent "meshtray/a2a"
+	"meshtray/files"
+	"meshtray/nodes"
+	"meshtray/pairing"
+	"meshtray/textsafe"
+)
+
+// Receiving files: a message with FileParts (files/doc.go) is one A2A task
+// through the normal approval; once approved the task begins the transfer
+// (files.Receiver.Begin, transfer ID = task ID), stays working while the
+// bytes arrive over the files handler, and ends with the files.Result as
+// its artifact.
+
+// maxApprovalFiles bounds the files an approval lists (the rest counted).
+const maxApprovalFiles = 50
+
+// maxApprovalPath bounds one listed path (runes, after escaping).
+const maxApprovalPath = 200
+
+// DefaultTransferIdle ends a transfer that received no byte for that long
+// (the sender is gone; its partial files are removed).
+const DefaultTransferIdle = 10 * time.Minute
+
+// receiving is the node's receive side; set by Start.
+type receiving struct {
+	recv *files.Receiver // nil when the folder could not be opened (err says why)
+	err  error
+	idle time.Duration
+
+	mu       sync.Mutex
+	received []ReceivedTransfer // newest first, at most maxReceivedKept; guarded by mu
+}
+
+// startFiles opens the receive folder (files.dir, default files.DefaultDir)
+// with the configured caps. A folder that cannot be opened does not stop
+// the node: transfers are refused, saying why.
+func (n *Node) startFiles() {
+	fc := n.cfg.Files
+	rv := &receiving{idle: DefaultTransferIdle}
+	n.recv = rv
+	dir := fc.Dir
+	if dir == "" {
+		d, err := files.DefaultDir()
+		if err != nil {
+			rv.err = fmt.Errorf("no receive folder: %w (set files.dir in config.toml)", err)
+			n.log.Warn("files cannot be received", "err", rv.err)
+			return
+		}
+		dir = d
+	}
+	r, err := files.NewReceiver(dir, files.Limits{
+		MaxFileSize:     int64(fc.MaxFileSize),
+		MaxTransferSize: int64(fc.MaxTransferSize),
+		MaxFiles:        fc.MaxFiles,
+		KeepFree:        int64(fc.KeepFree),
+	}, n.log.With("pkg", "files"))
+	if err != nil {
+		rv.err = fmt.Errorf("the receive folder %s cannot be used: %w", dir, err)
+		n.log.Warn("files cannot be received", "err", rv.err)
+		return
+	}
+	rv.recv = r
+}
+
+// closeFiles cancels unfinished transfers (their partial files removed).
+func (n *Node) closeFiles() {
+	if n.recv != nil && n.recv.recv != nil {
+		n.recv.recv.Close()
+	}
+}
+
+// filesHandler serves the files wire protocol to the grant a transfer was
+// approved for (its sender is the grant ID), over TLS only: the pinned
+// HTTPS listeners and the loopback port's TLS side.
+func (n *Node) filesHandler() http.Handler {
+	var h http.Handler = http.NotFoundHandler()
+	if n.recv != nil && n.recv.recv != nil {
+		h = n.recv.recv.Handler(func(r *http.Request) string {
+			if p, ok := pairing.PrincipalFrom(r.Context()); ok && p != nil && !p.Local {
+				return p.Grant.ID
+			}
+			return "\x00" // matches no transfer
+		})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			writeError(w, http.StatusForbidden, errors.New("files are received over https only"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ReceivedFiles lists the transfers received recently, newest first.
+func (n *Node) ReceivedFiles() []ReceivedTransfer {
+	out := []ReceivedTransfer{}
+	if n.recv == nil {
+		return out
+	}
+	n.recv.mu.Lock()
+	defer n.recv.mu.Unlock()
+	return append(out, n.recv.received...)
+}
+
+// transferExecutor runs file transfers itself and hands every other task
+// to the node's executor (the capability executor or the forward one).
+type transferExecutor struct {
+	n    *Node
+	next agent.Executor
+}
+
+var (
+	_ agent.Executor   = transferExecutor{}
+	_ agent.Summarizer = transferExecutor{}
+)
+
+// isTransfer says whether msg goes to the files side: an announcement
+// always; inline files only when no forward agent takes approved work
+// (it keeps getting what it got before).
+func (x transferExecutor) isTransfer(msg *a2a.Message) (*incoming, error, bool) {
+	in, err := parseTransfer(msg)
+	if errors.Is(err, errNotTransfer) {
+		return nil, nil, false
+	}
+	if x.n.deleg != nil && x.n.deleg.forward != nil && !announces(msg) {
+		return nil, nil, false
+	}
+	return in, err, true
+}
+
+// announces reports whether msg has a FilePart naming its bytes by hash.
+func announces(msg *a2a.Message) bool {
+	for _, p := range msg.Parts {
+		if fp, ok := p.(a2a.FilePart); ok {
+			if u, ok := fp.File.(a2a.FileURI); ok && files.IsNamedInfoURI(u.URI) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Summarize implements agent.Summarizer: "send N files (size): names" for
+// a transfer, else the node executor's summary.
+func (x transferExecutor) Summarize(p *pairing.Principal, msg *a2a.Message) string {
+	if in, err, ok := x.isTransfer(msg); ok {
+		if err != nil {
+			return "send files (refused: " + err.Error() + ")"
+		}
+		return transferSummary(in.manifest)
+	}
+	if sm, ok := x.next.(agent.Summarizer); ok {
+		return sm.Summarize(p, msg)
+	}
+	return agent.TextSummary(msg, "(a message without text)")
+}
+
+// transferSummary is the one line of a transfer: count, size, names.
+func transferSummary(m files.Manifest) string {
+	var b strings.Builder
+	if len(m.Files) == 1 {
+		fmt.Fprintf(&b, "send 1 file (%s): ", humanBytes(m.Total()))
+	} else {
+		fmt.Fprintf(&b, "send %d files (%s): ", len(m.Files), humanBytes(m.Total()))
+	}
+	for i, e := range m.Files {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if b.Len() > 4*nodes.MaxSummaryRunes {
+			b.WriteString("…")
+			break
+		}
+		b.WriteString(e.Path)
+	}
+	return nodes.BoundSummary(b.String())
+}
+
+// humanBytes writes n bytes in IEC units ("1.5 GiB").
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// Execute implements agent.Executor.
+func (x transferExecutor) Execute(ctx context.Context, ex *agent.Execution) error {
+	in, err, ok := x.isTransfer(ex.Message())
+	if !ok {
+		return x.next.Execute(ctx, ex)
+	}
+	if err != nil {
+		ex.Reject(err.Error())
+		return nil
+	}
+	x.n.receiveFiles(ctx, ex, in)
+	return nil
+}
+
+// approveFiles is the approval of a transfer: refused at once when the
+// receiver cannot take it (names, sizes, count, free space: no popup for
+// what would fail anyway), then the grant's files policy, then the owner
+// (KindFiles: sender, each path escaped, total size, the folder).
+func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing.Grant, in *incoming, err error) agent.Decision {
+	if err != nil {
+		return agent.Decision{Reason: err.Error()}
+	}
+	if n.recv == nil || n.recv.recv == nil {
+		reason := "this device cannot receive files"
+		if n.recv != nil && n.recv.err != nil {
+			reason += ": " + n.recv.err.Error()
+		}
+		return agent.Decision{Reason: reason}
+	}
+	recv := n.recv.recv
+	if err := recv.Check(in.manifest); err != nil {
+		return agent.Decision{Reason: refusalText(err)}
+	}
+	switch g.FilesPolicy {
+	case pairing.PolicyAllow:
+		return agent.Decision{Approved: true}
+	case pairing.PolicyDeny:
+		return agent.Decision{Reason: fmt.Sprintf("files from %q are refused by policy", g.Name)}
+	}
+	a := approvalFrom(t.Caller, g)
+	a.Kind = KindFiles
+	a.Summary = t.Summary
+	a.Detail = truncate(agent.MessageText(t.Message), maxDetail)
+	a.TaskID = string(t.TaskID)
+	a.TotalSize = in.manifest.Total()
+	a.Dir = recv.Dir()
+	for i, e := range in.manifest.Files {
+		if i == maxApprovalFiles {
+			a.FilesMore = len(in.manifest.Files) - i
+			break
+		}
+		a.Files = append(a.Files, ApprovalFile{Path: boundRunes(textsafe.EscapeInvisible(e.Path), maxApprovalPath), Size: e.Size, MediaType: e.MediaType})
+	}
+	d, qerr := n.approvals.askQueued(ctx, a, t.Queued)
+	if qerr != nil {
+		return agent.Decision{Reason: "withdrawn: " + qerr.Error()}
+	}
+	if d.Approved() {
+		if reason := n.grantGone(g.ID); reason != "" {
+			return agent.Decision{Reason: reason}
+		}
+		if d.Always {
+			if err := n.grants.SetFilesPolicy(g.ID, pairing.PolicyAllow); err != nil {
+				n.log.Warn("cannot set the grant's files policy to allow", "grant_id", g.ID, "err", err)
+			} else {
+				n.log.Info("files from this grant allowed by the owner", "grant_id", g.ID)
+			}
+		}
+	}
+	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+}
+
+// boundRunes cuts s to n runes with "…".
+func boundRunes(s string, n int) string {
+	rs := []rune(s)
+	if len(rs) <= n {
+		return s
+	}
+	return string(rs[:n-1]) + "…"
+}
+
+// refusalText says a receiver refusal for the sender.
+func refusalText(err error) string {
+	switch {
+	case errors.Is(err, files.ErrNoSpace):
+		return "not enough free space on this device: " + err.Error()
+	case errors.Is(err, files.ErrTooMany), errors.Is(err, files.ErrTooLarge):
+		return "over this device's limits: " + err.Error()
+	case errors.Is(err, files.ErrBadName):
+		return "a file name is refused: " + err.Error()
+	}
+	return err.Error()
+}
+
+// receiveFiles is the approved transfer task: Begin, the inline bytes
+// saved in process, the rest awaited from the handler; completed with the
+// result artifact, failed with the reason, or (ctx canceled) canceled with
+// the partial files removed. The transfer is forgotten when the task ends.
+func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incoming) {
+	recv := n.recv.recv
+	if recv == nil {
+		ex.Fail("this device cannot receive files")
+		return
+	}
+	id := string(ex.TaskID())
+	caller := ex.Caller()
+	sender := ""
+	if caller != nil {
+		sender = caller.Grant.ID
+	}
+	tr, err := recv.Begin(id, sender, in.manifest)
+	if err != nil {
+		ex.Fail(refusalText(err))
+		return
+	}
+	defer recv.Forget(id)
+	for i, data := range in.inline {
+		if data == nil {
+			continue
+		}
+		if err := putInline(ctx, recv, id, i, data); err != nil {
+			tr.Cancel()
+			ex.Fail(fmt.Sprintf("file %d: %v", i, err))
+			return
+		}
+	}
+	m := in.manifest
+	ex.Working(fmt.Sprintf("receiving %d file(s), %s, into %s", len(m.Files), humanBytes(m.Total()), recv.Dir()))
+	res, err := n.waitTransfer(ctx, tr)
+	if ctx.Err() != nil {
+		tr.Cancel()
+		return // the engine ends the task canceled
+	}
+	if len(res.Files) > 0 || err == nil {
+		if data, jerr := resultData(res); jerr == nil {
+			ex.Artifact(resultArtifact, a2a.DataPart{Data: data})
+		}
+	}
+	if err != nil {
+		ex.Fail(refusalText(err))
+		return
+	}
+	n.noteReceived(caller, id, res)
+	ex.Complete(fmt.Sprintf("saved %d file(s) in %s", len(res.Files), res.Dir))
+}
+
+// waitTransfer waits for tr to end, failing it when no byte arrived for
+// the idle bound.
+func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer) (files.Result, error) {
+	idle := n.recv.idle
+	tick := time.NewTicker(min(idle/4, 15*time.Second))
+	defer tick.Stop()
+	last, moved := progressOf(tr.Status()), time.Now()
+	for {
+		select {
+		case <-tr.Done():
+			return tr.Wait(ctx)
+		case <-ctx.Done():
+			return files.Result{}, ctx.Err()
+		case <-tick.C:
+			if p := progressOf(tr.Status()); p != last {
+				last, moved = p, time.Now()
+			} else if time.Since(moved) > idle {
+				tr.Cancel()
+				res, _ := tr.Wait(ctx)
+				return res, fmt.Errorf("the sender sent nothing for %s", idle)
+			}
+		}
+	}
+}
+
+// progressOf is the bytes of a transfer safely on disk.
+func progressOf(s files.Status) int64 {
+	var n int64
+	for _, f := range s.Files {
+		n += f.Offset
+		if f.Saved != nil {
+			n += f.Size + 1
+		}
+	}
+	return n
+}
+
+// putInline saves file i's inline bytes through the handler's own checks
+// (one whole-file PUT, in process).
+func putInline(ctx context.Context, recv *files.Receiver, id string, i int, data []byte) error {
+	req := httptest.NewRequestWithContext(ctx, http.MethodPut, files.Prefix+id+"/"+strconv.Itoa(i), bytes.NewReader(data))
+	req.ContentLength = int64(len(data))
+	rec := httptest.NewRecorder()
+	recv.Handler(nil).ServeHTTP(rec, req)
+	if rec.Code == http.StatusCreated {
+		return nil
+	}
+	var body struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	return &files.StatusError{Code: rec.Code, Message: body.Error}
+}
+
+// resultData is res as the DataPart object of the result artifact.
+func resultData(res files.Result) (map[string]any, error) {
+	if res.Files == nil {
+		res.Files = []files.Saved{}
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+// noteReceived keeps a completed transfer for GET /files/received and
+// tells subscribers (EventFiles: the tray's notification).
+func (n *Node) noteReceived(caller *pairing.Principal, id string, res files.Result) {
+	rt := ReceivedTransfer{TaskID: id, Result: res, Finished: time.Now().UTC().Format(time.RFC3339)}
+	if caller != nil {
+		rt.Peer, rt.DeviceID = caller.Grant.Name, caller.Grant.PeerID
+	}
+	n.recv.mu.Lock()
+	n.recv.received = append([]ReceivedTransfer{rt}, n.recv.received...)
+	if len(n.recv.received) > maxReceivedKept {
+		n.recv.received = n.recv.received[:maxReceivedKept]
+	}
+	n.recv.mu.Unlock()
+	n.log.Info("files received", "task", id, "peer", rt.Peer, "files", len(res.Files), "dir", res.Dir)
+	n.events.Publish(EventFiles)
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

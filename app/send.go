@@ -1,0 +1,485 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/a2a/delegate"
+	"meshtray/files"
+	"meshtray/jsonout"
+	"meshtray/pairing"
+)
+
+// Sending files to a paired device: one A2A task on the receiver
+// (files/doc.go), then the bytes over the same pinned origin.
+
+// maxSendPaths bounds the paths of one POST /files/send (a folder counts
+// as one; the receiver bounds its files).
+const maxSendPaths = 1000
+
+// ErrBrowserOnly: the device holds a grant of ours but offers no A2A
+// endpoint (a phone's browser); its files are offered on its page instead.
+var ErrBrowserOnly = errors.New("the device is reached only through its browser page")
+
+// sendRoutes mounts POST /files/send (the local owner only: it reads this
+// device's files) and GET /files/received.
+//
+//	POST /files/send     SendRequest -> NDJSON SendEvent lines, the last a result
+//	GET  /files/received -> [ReceivedTransfer], newest first
+func (n *Node) sendRoutes(mux *http.ServeMux) {
+	local, owner := n.localRoutes(mux), n.ownerRoutes(mux)
+	owner("POST /files/send", func(w http.ResponseWriter, r *http.Request) {
+		var req SendRequest
+		if !readJSON(w, r, &req) {
+			return
+		}
+		// Refusals before anything is sent (no such device, a path that
+		// cannot be read) are plain HTTP errors; from the first event on
+		// the answer is the stream.
+		var stream *jsonout.Stream
+		var mu sync.Mutex
+		emit := func(ev SendEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			if stream == nil {
+				stream = jsonout.NewStream(w)
+			}
+			_ = stream.Send(ev)
+		}
+		res, err := n.SendFiles(r.Context(), req, emit)
+		if err != nil && stream == nil {
+			writeError(w, sendStatus(err), err)
+			return
+		}
+		if err != nil && res.State == "" {
+			res.State, res.Message = string(a2a.TaskStateFailed), err.Error()
+		}
+		emit(SendEvent{Type: SendEventResult, State: res.State, Message: res.Message, Result: &res})
+	})
+	local("GET /files/received", func(w http.ResponseWriter, r *http.Request) {
+		jsonout.Write(w, http.StatusOK, n.ReceivedFiles())
+	})
+}
+
+// sendStatus maps the refusals of SendFiles to HTTP statuses.
+func sendStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrNoPeer):
+		return http.StatusNotFound
+	case errors.Is(err, ErrBrowserOnly):
+		return http.StatusConflict
+	}
+	if s := agentStatus(err); s != http.StatusInternalServerError {
+		return s
+	}
+	return statusFor(err)
+}
+
+// SendFiles sends the files and folders of req.Paths to the paired device
+// req.Device and follows the transfer to its end: the announcement is one
+// A2A message (message/send or message/stream to the device's endpoint,
+// pinned to its certificate, with the grant it issued us), which the owner
+// there approves; then the bytes go up with files.Client (streamed from
+// disk, resumed after a cut), progress reported to emit. It returns the
+// outcome; an error (with an empty State) when nothing was sent: an
+// unknown device, a path that cannot be read, the device unreachable. A
+// device that holds a grant of ours but offers no A2A endpoint (a browser)
+// gets the files offered on its page (offerFiles). ctx ending cancels the
+// task at the receiver.
+func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEvent)) (SendResult, error) {
+	if emit == nil {
+		emit = func(SendEvent) {}
+	}
+	if len(req.Paths) == 0 {
+		return SendResult{}, badRequest("no paths to send")
+	}
+	if len(req.Paths) > maxSendPaths {
+		return SendResult{}, badRequest("%d paths; at most %d (send a folder instead)", len(req.Paths), maxSendPaths)
+	}
+	for _, p := range req.Paths {
+		if !filepath.IsAbs(p) {
+			return SendResult{}, badRequest("path %q is not absolute (the node reads it, not the client)", clipID(p))
+		}
+	}
+	h, issued, err := n.sendTarget(req.Device)
+	if err != nil {
+		return SendResult{}, err
+	}
+	if h == nil {
+		return n.offerFiles(ctx, issued, req.Paths, emit)
+	}
+	srcs, err := files.Sources(req.Paths...)
+	if err != nil {
+		return SendResult{}, badRequest("%v", err)
+	}
+	if len(srcs) == 0 {
+		return SendResult{}, badRequest("nothing to send: the folders hold no regular files")
+	}
+	sess, err := n.deleg.agents.Open(ctx, h.PeerID)
+	if err != nil {
+		return SendResult{}, err
+	}
+	defer sess.Close()
+	s := &sendRun{n: n, h: *h, sess: sess, srcs: srcs, emit: emit}
+	return s.run(ctx)
+}
+
+// sendTarget finds the device ref names among the grants held (a device
+// we can call) or, failing that, issued (a device that only calls us, such
+// as a phone's page: issued is its grant, h nil).
+func (n *Node) sendTarget(ref string) (h *pairing.Held, issued *pairing.Grant, err error) {
+	ref = strings.TrimSpace(ref)
+	if ref == "" {
+		return nil, nil, badRequest("no device named")
+	}
+	norm := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "")) }
+	want := norm(ref)
+	idMatch := func(id string) bool {
+		return len(want) >= delegate.MinDevicePrefix && id != "" && strings.HasPrefix(norm(id), want)
+	}
+	var held []pairing.Held
+	for _, x := range n.grants.ListHeld() {
+		if strings.EqualFold(x.Name, ref) || idMatch(x.PeerID) {
+			held = append(held, x)
+		}
+	}
+	switch len(held) {
+	case 1:
+		return &held[0], nil, nil
+	case 0:
+	default:
+		return nil, nil, badRequest("%q names %d paired devices: give more of the device ID (meshtray devices)", clipID(ref), len(held))
+	}
+	var gs []pairing.Grant
+	for _, g := range n.grants.List() {
+		if g.PeerID != "" && g.Status == pairing.StatusActive && (strings.EqualFold(g.Name, ref) || idMatch(g.PeerID)) {
+			gs = append(gs, g)
+		}
+	}
+	switch len(gs) {
+	case 1:
+		return nil, &gs[0], nil
+	case 0:
+		return nil, nil, fmt.Errorf("%w named %q among the paired devices (meshtray devices lists them)", ErrNoPeer, clipID(ref))
+	}
+	return nil, nil, badRequest("%q names %d paired devices: give more of the device ID (meshtray devices)", clipID(ref), len(gs))
+}
+
+// offerFiles offers files to a device that reaches us only through its
+// browser page (a phone): listed there, downloaded from there.
+func (n *Node) offerFiles(_ context.Context, g *pairing.Grant, _ []string, _ func(SendEvent)) (SendResult, error) {
+	return SendResult{}, fmt.Errorf("%w (%s): offering files to a browser is not available yet; open the page on that device and send from there", ErrBrowserOnly, g.Name)
+}
+
+// sendRun is one transfer being sent.
+type sendRun struct {
+	n    *Node
+	h    pairing.Held
+	sess *delegate.Session
+	srcs []files.Source
+	emit func(SendEvent)
+
+	mu      sync.Mutex
+	taskID  a2a.TaskID
+	task    *a2a.Task // last snapshot seen
+	state   a2a.TaskState
+	status  string // text of the last status message
+	ready   chan struct{}
+	readyOK bool
+	final   chan struct{}
+	ended   bool
+	result  *files.Result
+}
+
+// sendFollowPause is the first pause between tasks/get polls once the
+// exchange lost contact; it doubles up to sendFollowMax.
+const (
+	sendFollowPause = 500 * time.Millisecond
+	sendFollowMax   = 5 * time.Second
+)
+
+func (s *sendRun) run(ctx context.Context) (SendResult, error) {
+	s.ready = make(chan struct{})
+	s.final = make(chan struct{})
+	m := files.ManifestOf(s.srcs)
+	msg := a2a.NewMessage(a2a.MessageRoleUser, announceParts(m)...)
+
+	exchangeDone := make(chan error, 1)
+	xctx, stopExchange := context.WithCancel(ctx)
+	defer stopExchange()
+	go func() { exchangeDone <- s.sess.Exchange(xctx, msg, s.onEvent) }()
+
+	// Wait for the receiver to take the bytes, or for the task to end.
+	var xerr error
+	select {
+	case <-s.ready:
+	case <-s.final:
+	case xerr = <-exchangeDone:
+		exchangeDone = nil
+	case <-ctx.Done():
+		return s.abandon(ctx.Err())
+	}
+	s.mu.Lock()
+	id, ready := s.taskID, s.readyOK
+	s.mu.Unlock()
+	if id == "" {
+		if xerr == nil {
+			xerr = errors.New("the device answered without a task")
+		}
+		return SendResult{}, xerr
+	}
+	if !ready && !s.isEnded() {
+		// The exchange ended (contact lost) before the task settled:
+		// follow it with tasks/get.
+		if err := s.follow(ctx, id, func() bool { return s.isReady() || s.isEnded() }); err != nil {
+			return s.abandon(err)
+		}
+	}
+	var upErr error
+	if s.isReady() && !s.isEnded() {
+		upErr = s.upload(ctx, string(id))
+		if ctx.Err() != nil {
+			return s.abandon(ctx.Err())
+		}
+		if upErr != nil && !s.isEnded() {
+			// The upload gave up for good: the receiver's task would
+			// wait for bytes that never come.
+			s.n.log.Info("files: upload failed; canceling the transfer", "task", id, "err", upErr)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if t, err := s.sess.Cancel(cctx, id); err == nil && t != nil {
+				s.onEvent(t)
+			}
+			cancel()
+		}
+	}
+	// Wait for the final state: the exchange brings it, or tasks/get.
+	if !s.isEnded() {
+		if exchangeDone != nil {
+			select {
+			case <-s.final:
+			case <-exchangeDone:
+			case <-ctx.Done():
+				return s.abandon(ctx.Err())
+			}
+		}
+		if !s.isEnded() {
+			if err := s.follow(ctx, id, s.isEnded); err != nil {
+				return s.abandon(err)
+			}
+		}
+	}
+	res := s.outcome()
+	if upErr != nil && res.State != string(a2a.TaskStateCompleted) {
+		res.Message = strings.TrimSpace(res.Message + " (sending: " + upErr.Error() + ")")
+	}
+	return res, nil
+}
+
+// abandon ends a send the caller stopped waiting for (or that lost its
+// device): the receiver's task is canceled so it keeps no partial files.
+func (s *sendRun) abandon(cause error) (SendResult, error) {
+	s.mu.Lock()
+	id := s.taskID
+	s.mu.Unlock()
+	if id != "" && !s.isEnded() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if t, err := s.sess.Cancel(ctx, id); err == nil && t != nil {
+			s.onEvent(t)
+		}
+		cancel()
+	}
+	res := s.outcome()
+	if res.State == "" || !a2a.TaskState(res.State).Terminal() {
+		res.State = string(a2a.TaskStateCanceled)
+		res.Message = "stopped: " + cause.Error()
+	}
+	return res, cause
+}
+
+// follow polls the task until done() or it ends, through short losses of
+// contact (a cut connection resumes); ctx bounds it.
+func (s *sendRun) follow(ctx context.Context, id a2a.TaskID, done func() bool) error {
+	pause := sendFollowPause
+	for !done() {
+		t, err := s.sess.Task(ctx, id)
+		if err == nil {
+			s.onEvent(t)
+			pause = sendFollowPause
+			if done() {
+				return nil
+			}
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		} else if errors.Is(err, delegate.ErrAgentUnauthorized) || errors.Is(err, delegate.ErrAgentRefused) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, sendFollowMax)
+	}
+	return nil
+}
+
+func (s *sendRun) isReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readyOK
+}
+
+func (s *sendRun) isEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
+// onEvent applies one event of the receiver's task: a state line per
+// change; working with a status message means the receiver began the
+// transfer (files/doc.go); a terminal state carries the result artifact.
+func (s *sendRun) onEvent(ev a2a.Event) {
+	var st *a2a.TaskStatus
+	s.mu.Lock()
+	switch v := ev.(type) {
+	case *a2a.Task:
+		if s.taskID == "" {
+			s.taskID = v.ID
+		}
+		s.task = v
+		st = &v.Status
+		for _, art := range v.Artifacts {
+			s.takeArtifactLocked(art)
+		}
+	case *a2a.TaskStatusUpdateEvent:
+		if s.taskID == "" {
+			s.taskID = v.TaskID
+		}
+		st = &v.Status
+	case *a2a.TaskArtifactUpdateEvent:
+		s.takeArtifactLocked(v.Artifact)
+	case *a2a.Message:
+		// An agent answering with a message is not a receiving meshtray.
+		st = &a2a.TaskStatus{State: a2a.TaskStateFailed, Message: v}
+	}
+	if st == nil || s.ended {
+		s.mu.Unlock()
+		return
+	}
+	text := statusText(st.Message)
+	changed := st.State != s.state || text != s.status
+	s.state, s.status = st.State, text
+	if st.State == a2a.TaskStateWorking && st.Message != nil && !s.readyOK {
+		s.readyOK = true
+		close(s.ready)
+	}
+	if st.State.Terminal() || st.State == a2a.TaskStateInputRequired || st.State == a2a.TaskStateAuthRequired {
+		s.ended = true
+		close(s.final)
+	}
+	s.mu.Unlock()
+	if changed {
+		s.emit(SendEvent{Type: SendEventState, State: string(st.State), Message: text})
+	}
+}
+
+// takeArtifactLocked reads the result artifact (a DataPart holding a
+// files.Result).
+func (s *sendRun) takeArtifactLocked(art *a2a.Artifact) {
+	if art == nil || art.Name != resultArtifact {
+		return
+	}
+	for _, p := range art.Parts {
+		dp, ok := p.(a2a.DataPart)
+		if !ok {
+			continue
+		}
+		b, err := json.Marshal(dp.Data)
+		if err != nil {
+			continue
+		}
+		var r files.Result
+		if json.Unmarshal(b, &r) == nil {
+			s.result = &r
+		}
+	}
+}
+
+// statusText is the text of a status message, bounded for a line.
+func statusText(m *a2a.Message) string {
+	if m == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range m.Parts {
+		if tp, ok := p.(a2a.TextPart); ok {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(tp.Text)
+		}
+	}
+	return truncate(b.String(), 1024)
+}
+
+// outcome is the SendResult of what was seen.
+func (s *sendRun) outcome() SendResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := SendResult{TaskID: string(s.taskID), State: string(s.state), Message: s.status, Files: []files.Saved{}}
+	if s.result != nil {
+		res.Dir = s.result.Dir
+		if s.result.Files != nil {
+			res.Files = s.result.Files
+		}
+	}
+	return res
+}
+
+// upload sends the bytes of transfer id to the device's origin with the
+// grant it issued us, pinned to its certificate.
+func (s *sendRun) upload(ctx context.Context, id string) error {
+	base := s.sess.Origin()
+	if base == "" {
+		return errors.New("the device's endpoint has no origin")
+	}
+	tr := files.NewTransport(pairing.PinnedTLSConfig(s.h.Fingerprint))
+	defer tr.CloseIdleConnections()
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Bearer "+s.h.Token)
+	c := &files.Client{
+		HTTP:    &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		BaseURL: base,
+		Header:  hdr,
+		Logger:  s.n.log.With("pkg", "files"),
+		Progress: func(p files.Progress) {
+			s.emit(SendEvent{Type: SendEventProgress, File: p.Index, Path: s.srcs[p.Index].Entry.Path,
+				Done: p.FileDone, Size: p.FileTotal, TotalDone: p.Done, Total: p.Total})
+		},
+	}
+	// Stop uploading as soon as the receiver's task ends (denied meanwhile,
+	// canceled there): its files would get 410 anyway.
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.final:
+			cancel()
+		case <-uctx.Done():
+		}
+	}()
+	_, err := c.Upload(uctx, id, s.srcs)
+	if err != nil && ctx.Err() == nil && s.isEnded() {
+		return nil // the task's own end says why
+	}
+	return err
+}
