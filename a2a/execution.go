@@ -92,14 +92,27 @@ func (e *Execution) DecodeValue(v any) bool {
 	return json.Unmarshal(raw, v) == nil
 }
 
-// SetValue replaces the executor-private state kept across turns; with
-// Options.Store it is written with the task's next change (the end of the
-// turn at the latest).
+// SetValue replaces the executor-private state kept across turns. With
+// Options.Store it is encoded to JSON here, on the caller's goroutine, and
+// written with the task (behind, or with the turn's end): v must not
+// change while SetValue runs, and changes made to it afterwards reach the
+// database only with the next SetValue (so an executor sets it again at
+// the end of its turn, and whenever what it holds must survive a restart
+// of a running turn, see Reattacher). A value that does not encode is
+// logged and not written.
 func (e *Execution) SetValue(v any) {
+	var enc []byte
+	if e.s.db != nil && v != nil {
+		var err error
+		if enc, err = json.Marshal(v); err != nil {
+			e.s.log.Error("executor state does not encode to JSON: not written to the database", "task", e.t.id, "type", fmt.Sprintf("%T", v), "err", err)
+		}
+	}
 	e.t.mu.Lock()
 	defer e.t.mu.Unlock()
 	if !e.ended {
-		e.t.value = v
+		e.t.value, e.t.valueJSON = v, enc
+		e.s.persistLocked(e.t, false)
 	}
 }
 

@@ -54,14 +54,14 @@ const RestartedText = "the node restarted while this ran"
 // flushDelay is how long a write-behind change waits, so that the changes
 // of a short turn (working, progress, artifacts) reach the database
 // together with its end, as one write, and a long one's progress in
-// batches.
-const flushDelay = 10 * time.Millisecond
+// batches of at most one write per task per flushDelay.
+const flushDelay = 50 * time.Millisecond
 
 // persister is the write-behind queue of tasks with changes not yet handed
 // to the store (task.dirty), drained by the flusher goroutine.
 type persister struct {
 	mu    sync.Mutex
-	queue []*task
+	queue []queuedTask // oldest first
 	kick  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
@@ -75,6 +75,11 @@ func (s *Server) startPersister() {
 	go s.flusher()
 }
 
+type queuedTask struct {
+	t  *task
+	at time.Time
+}
+
 // stopPersister stops the flusher (once) and waits for it.
 func (s *Server) stopPersister() {
 	if s.db == nil {
@@ -86,30 +91,42 @@ func (s *Server) stopPersister() {
 
 func (s *Server) flusher() {
 	defer close(s.pq.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case <-s.pq.kick:
+		case <-timer.C:
 		case <-s.pq.stop:
-			s.flushDirty()
+			timer.Stop()
+			s.flushDirty(time.Time{})
 			return
 		}
-		t := time.NewTimer(flushDelay)
-		select {
-		case <-t.C:
-		case <-s.pq.stop:
-			t.Stop()
+		if next := s.flushDirty(time.Now().Add(-flushDelay)); !next.IsZero() {
+			timer.Reset(time.Until(next.Add(flushDelay)))
 		}
-		s.flushDirty()
 	}
 }
 
-// flushDirty writes every queued task's pending change.
-func (s *Server) flushDirty() {
+// flushDirty writes the pending change of every queued task that was
+// queued before cutoff (every one for the zero time), and returns when the
+// oldest one left was queued (zero when none is left). The queue is in
+// the order tasks were queued.
+func (s *Server) flushDirty(cutoff time.Time) time.Time {
 	s.pq.mu.Lock()
-	q := s.pq.queue
-	s.pq.queue = nil
+	n := len(s.pq.queue)
+	if !cutoff.IsZero() {
+		n, _ = slices.BinarySearchFunc(s.pq.queue, cutoff, func(e queuedTask, c time.Time) int { return e.at.Compare(c) })
+	}
+	due := slices.Clone(s.pq.queue[:n])
+	s.pq.queue = slices.Delete(s.pq.queue, 0, n)
+	var next time.Time
+	if len(s.pq.queue) > 0 {
+		next = s.pq.queue[0].at
+	}
 	s.pq.mu.Unlock()
-	for _, t := range q {
+	for _, e := range due {
+		t := e.t
 		t.mu.Lock()
 		t.queued = false
 		if t.dirty && !s.frozen.Load() {
@@ -117,6 +134,7 @@ func (s *Server) flushDirty() {
 		}
 		t.mu.Unlock()
 	}
+	return next
 }
 
 // persistLocked hands t's change to the store: at once with sync (a
@@ -139,11 +157,14 @@ func (s *Server) persistLocked(t *task, sync bool) {
 	}
 	t.queued = true
 	s.pq.mu.Lock()
-	s.pq.queue = append(s.pq.queue, t)
+	first := len(s.pq.queue) == 0
+	s.pq.queue = append(s.pq.queue, queuedTask{t: t, at: time.Now()})
 	s.pq.mu.Unlock()
-	select {
-	case s.pq.kick <- struct{}{}:
-	default:
+	if first {
+		select {
+		case s.pq.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -172,14 +193,21 @@ func (s *Server) writeLocked(t *task) bool {
 		s.log.Error("task not written to the database: it does not encode", "task", t.id, "err", err)
 		return false
 	}
-	ctx := context.Background()
-	if !t.stored {
-		err = s.db.CreateTask(ctx, rec)
-		if errors.Is(err, store.ErrExists) {
-			err = s.db.UpdateTask(ctx, rec)
+	err = s.put(t, rec)
+	if errors.Is(err, store.ErrTooBig) {
+		// The store's per-record bounds count the JSON (base64 file bytes),
+		// the engine's the parts as sent: keep the task's state and
+		// messages at least, without what does not fit.
+		if rec.ExecState != nil {
+			s.log.Warn("executor state too big for the database: the task is written without it", "task", t.id, "bytes", len(rec.ExecState))
+			rec.ExecState = nil
+			err = s.put(t, rec)
 		}
-	} else {
-		err = s.db.UpdateTask(ctx, rec)
+		if errors.Is(err, store.ErrTooBig) && rec.Artifacts != nil {
+			s.log.Warn("artifacts too big for the database: the task is written without them", "task", t.id, "bytes", len(rec.Artifacts))
+			rec.Artifacts = nil
+			err = s.put(t, rec)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrTerminal) {
@@ -189,7 +217,23 @@ func (s *Server) writeLocked(t *task) bool {
 		return false
 	}
 	t.stored = true
+	if t.status.State.Terminal() {
+		t.hist, t.histN = nil, 0 // written for good: the cache is of no use
+	}
 	return true
+}
+
+// put creates or updates rec, t's record.
+func (s *Server) put(t *task, rec store.Task) error {
+	ctx := context.Background()
+	if t.stored {
+		return s.db.UpdateTask(ctx, rec)
+	}
+	err := s.db.CreateTask(ctx, rec)
+	if errors.Is(err, store.ErrExists) {
+		err = s.db.UpdateTask(ctx, rec)
+	}
+	return err
 }
 
 // recordLocked is t as the store keeps it. The caller holds t.mu.
@@ -234,11 +278,8 @@ func (t *task) recordLocked() (store.Task, error) {
 			return r, fmt.Errorf("artifacts: %w", err)
 		}
 	}
-	if t.value != nil {
-		if r.ExecState, err = json.Marshal(t.value); err != nil {
-			return r, fmt.Errorf("executor state (Execution.Value %T): %w", t.value, err)
-		}
-	}
+	// Encoded by SetValue (the executor may be changing the value now).
+	r.ExecState = t.valueJSON
 	return r, nil
 }
 
@@ -278,17 +319,20 @@ func (s *Server) taskFromRecord(r store.Task) (*task, error) {
 			return nil, fmt.Errorf("history: %w", err)
 		}
 	}
+	live := !t.status.State.Terminal()
 	for _, raw := range raws {
 		m := new(a2a.Message)
 		if err := json.Unmarshal(raw, m); err != nil {
 			return nil, fmt.Errorf("history: %w", err)
 		}
 		t.history = append(t.history, m)
-		if t.histN > 0 {
-			t.hist = append(t.hist, ',')
+		if live { // a live task is written again: keep its history's JSON
+			if t.histN > 0 {
+				t.hist = append(t.hist, ',')
+			}
+			t.hist = append(t.hist, raw...)
+			t.histN++
 		}
-		t.hist = append(t.hist, raw...)
-		t.histN++
 		t.bytes += int64(len(raw))
 	}
 	if len(r.Artifacts) > 0 {
@@ -303,7 +347,8 @@ func (s *Server) taskFromRecord(r store.Task) (*task, error) {
 	}
 	t.bytes += t.artBytes
 	if len(r.ExecState) > 0 && !bytes.Equal(r.ExecState, []byte("null")) {
-		t.value = json.RawMessage(bytes.Clone(r.ExecState))
+		t.valueJSON = bytes.Clone(r.ExecState)
+		t.value = json.RawMessage(t.valueJSON)
 	}
 	return t, nil
 }

@@ -182,6 +182,12 @@ var (
 	errSwitchedOff      = errors.New("A2A switched off by the owner")
 )
 
+// ErrShutdown is the cause (context.Cause) of the ctx of a turn that
+// Shutdown stopped. With Options.Store the task outlives the node
+// (Restore): an executor then leaves work running elsewhere (an upstream
+// agent's task) as it is, where another cause would cancel it.
+var ErrShutdown = errShuttingDown
+
 // NewServer returns a Server; Options.Executor is required.
 func NewServer(opts Options) *Server {
 	if opts.Executor == nil {
@@ -415,7 +421,7 @@ func (s *Server) leave() {
 // closed already).
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.db != nil && !s.frozen.Load() {
-		s.flushDirty()
+		s.flushDirty(time.Time{})
 		s.frozen.Store(true)
 	}
 	s.mu.Lock()
@@ -958,7 +964,12 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 		cancel(nil)
 		return nil, nil, nil, err
 	}
-	if err := s.create(t); err != nil {
+	// A caller that gets the task id before the task settles (a stream,
+	// a non-blocking send) finds the task in the database after a
+	// restart; for a blocking send the id comes with the settled state,
+	// written then, so a short task costs one write.
+	early := stream || (params.Config != nil && params.Config.Blocking != nil && !*params.Config.Blocking)
+	if err := s.create(t, early); err != nil {
 		cancel(nil)
 		return nil, nil, nil, err
 	}
@@ -969,14 +980,20 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 }
 
 // create writes the new task t (admitted, its turn not started yet) to the
-// store; a task the store refuses is taken back out of the engine, and the
-// caller gets the error (ErrStoreFull when the store is full).
-func (s *Server) create(t *task) error {
+// store: now when early, else through the flusher. A task the store
+// refuses now is taken back out of the engine, and the caller gets the
+// error (ErrStoreFull).
+func (s *Server) create(t *task, early bool) error {
 	if s.db == nil {
 		return nil
 	}
 	t.mu.Lock()
-	ok := s.frozen.Load() || s.writeLocked(t)
+	ok := true
+	if early {
+		ok = s.frozen.Load() || s.writeLocked(t)
+	} else {
+		s.persistLocked(t, false)
+	}
 	t.mu.Unlock()
 	if ok {
 		return nil

@@ -38,8 +38,9 @@ type task struct {
 	artifacts       []*a2a.Artifact
 	updated         time.Time
 	approvedSummary string
-	value           any // executor-private state across turns
-	turns           int // executor turns started
+	value           any    // executor-private state across turns
+	valueJSON       []byte // value's JSON as SetValue encoded it (Options.Store)
+	turns           int    // executor turns started
 
 	// bytes is what the task holds in the store (caller messages and
 	// artifacts); guarded by the Server's mu (lock order: task.mu before
@@ -164,7 +165,7 @@ func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.T
 	t.updated = now
 	final := state.Terminal() || interrupted(state)
 	if state.Terminal() {
-		t.value = nil // executor state is of no use any more; free it
+		t.value, t.valueJSON = nil, nil // executor state is of no use any more; free it
 	}
 	t.emitLocked(&a2a.TaskStatusUpdateEvent{
 		TaskID:    t.id,

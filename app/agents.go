@@ -76,6 +76,7 @@ func (n *Node) startDelegation() (agent.Executor, error) {
 		URL:           fc.URL,
 		Token:         n.forwardToken,
 		IsTailnetAddr: n.isTailnetPeer,
+		Store:         n.db, // the context map; forwarded tasks reattach after a restart
 		Logger:        n.log.With("pkg", "a2a"),
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package delegate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // The forward executor: meshtray as the consent layer in front
@@ -66,9 +68,27 @@ type ForwardOptions struct {
 	// waited for the caller has no running turn to forward the cancel;
 	// default 10 s).
 	SweepInterval time.Duration
-	Logger        *slog.Logger
-	Now           func() time.Time
+	// Store keeps the (caller, contextId) -> upstream contextId map across
+	// restarts (a *store.Store); nil keeps it in memory. With a Store the
+	// engine's tasks are durable too, so Close leaves the upstream tasks
+	// of local tasks waiting for their callers as they are: those local
+	// tasks wait again after the restart, and an answer goes to the same
+	// upstream task.
+	Store  ContextStore
+	Logger *slog.Logger
+	Now    func() time.Time
 }
+
+// ContextStore is where a ForwardExecutor keeps its context map
+// (ForwardOptions.Store); *store.Store is one. PutContext stores or
+// refreshes one link (the store bounds them, least recently used
+// evicted); Contexts returns them, least recently used first.
+type ContextStore interface {
+	PutContext(ctx context.Context, l store.ContextLink) error
+	Contexts(ctx context.Context) ([]store.ContextLink, error)
+}
+
+var _ ContextStore = (*store.Store)(nil)
 
 // ForwardStatus is the forward executor as the owner sees it.
 type ForwardStatus struct {
@@ -133,6 +153,7 @@ type fwdCtx struct {
 var (
 	_ agent.Executor   = (*ForwardExecutor)(nil)
 	_ agent.Summarizer = (*ForwardExecutor)(nil)
+	_ agent.Reattacher = (*ForwardExecutor)(nil)
 )
 
 // NewForwardExecutor returns a forward executor for o.URL; the upstream
@@ -172,6 +193,16 @@ func NewForwardExecutor(o ForwardOptions) (*ForwardExecutor, error) {
 		f.rt, f.closeRT = tr, tr.CloseIdleConnections
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if o.Store != nil {
+		links, err := o.Store.Contexts(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("a2a.forward: reading the context map: %w", err)
+		}
+		// Least recently used first: the newest MaxContexts are kept.
+		for _, l := range links[max(0, len(links)-o.MaxContexts):] {
+			f.contexts[fwdCtxKey{owner: l.Owner, ctx: l.ContextID}] = &fwdCtx{up: l.Upstream, used: l.Used}
+		}
+	}
 	return f, nil
 }
 
@@ -201,14 +232,18 @@ func (f *ForwardExecutor) Attach(s *agent.Server) {
 }
 
 // Close stops the sweep and cancels every upstream task still parked
-// (their local tasks end with the node), within CancelWait.
+// (their local tasks end with the node), within CancelWait. With
+// ForwardOptions.Store the local tasks outlive the node, and their upstream
+// tasks are left waiting.
 func (f *ForwardExecutor) Close() {
 	f.cancel()
 	f.wg.Wait()
 	f.mu.Lock()
 	ups := make([]a2a.TaskID, 0, len(f.parked))
-	for _, up := range f.parked {
-		ups = append(ups, up)
+	if f.o.Store == nil {
+		for _, up := range f.parked {
+			ups = append(ups, up)
+		}
 	}
 	clear(f.parked)
 	f.mu.Unlock()
@@ -387,7 +422,8 @@ func (f *ForwardExecutor) Summarize(_ *pairing.Principal, msg *a2a.Message) stri
 	return agent.TextSummary(msg, "(an empty message)")
 }
 
-// fwdState is kept on the local task across turns (agent.Execution.Value).
+// fwdState is kept on the local task across turns (agent.Execution.Value),
+// and so in the database as JSON (fwdStateJSON).
 type fwdState struct {
 	upTask    a2a.TaskID
 	upCtx     string
@@ -395,6 +431,48 @@ type fwdState struct {
 	local     map[a2a.ArtifactID]a2a.ArtifactID // upstream artifact -> local artifact
 	lastChunk bool
 	lastMsg   string // id of the last relayed working message
+}
+
+// fwdStateJSON is fwdState's JSON form.
+type fwdStateJSON struct {
+	UpTask    a2a.TaskID                        `json:"upstream_task,omitempty"`
+	UpCtx     string                            `json:"upstream_context,omitempty"`
+	Parts     map[a2a.ArtifactID]int            `json:"parts,omitempty"` // parts relayed per upstream artifact
+	Local     map[a2a.ArtifactID]a2a.ArtifactID `json:"local,omitempty"`
+	LastChunk bool                              `json:"last_chunk,omitempty"`
+	LastMsg   string                            `json:"last_message,omitempty"`
+}
+
+func (st *fwdState) MarshalJSON() ([]byte, error) {
+	return json.Marshal(fwdStateJSON{UpTask: st.upTask, UpCtx: st.upCtx, Parts: st.arts.parts, Local: st.local, LastChunk: st.lastChunk, LastMsg: st.lastMsg})
+}
+
+func (st *fwdState) UnmarshalJSON(b []byte) error {
+	var v fwdStateJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*st = fwdState{upTask: v.UpTask, upCtx: v.UpCtx, arts: artifactTracker{parts: v.Parts}, local: v.Local, lastChunk: v.LastChunk, lastMsg: v.LastMsg}
+	if st.local == nil {
+		st.local = make(map[a2a.ArtifactID]a2a.ArtifactID)
+	}
+	return nil
+}
+
+// state is the task's fwdState: the Value set this run, else the one
+// restored from the database, else a new one.
+func (f *ForwardExecutor) state(ex *agent.Execution) *fwdState {
+	if st, _ := ex.Value().(*fwdState); st != nil {
+		return st
+	}
+	st := &fwdState{}
+	if !ex.DecodeValue(st) {
+		st = &fwdState{}
+	}
+	if st.local == nil {
+		st.local = make(map[a2a.ArtifactID]a2a.ArtifactID)
+	}
+	return st
 }
 
 // fwdOutcome is the upstream's state when the exchange ended.
@@ -405,10 +483,7 @@ type fwdOutcome struct {
 
 // Execute implements agent.Executor.
 func (f *ForwardExecutor) Execute(ctx context.Context, ex *agent.Execution) error {
-	st, _ := ex.Value().(*fwdState)
-	if st == nil {
-		st = &fwdState{local: make(map[a2a.ArtifactID]a2a.ArtifactID)}
-	}
+	st := f.state(ex)
 	defer ex.SetValue(st)
 	f.unpark(ex.TaskID())
 
@@ -464,7 +539,9 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *agent.Execution) erro
 			done <- nil
 		}
 		timer.Stop()
-		if up != "" {
+		if up != "" && f.keepsUpstream(ctx) {
+			f.log.Debug("node shutting down: the upstream task is left running for the restart", "upstream_task", up)
+		} else if up != "" {
 			f.cancelUpstream(context.WithoutCancel(ctx), rem, up)
 		} else {
 			f.log.Warn("task canceled before the upstream named it; its cancel cannot be forwarded")
@@ -477,6 +554,20 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *agent.Execution) erro
 		ex.Fail(f.callerError(ex.TaskID(), err))
 		return nil
 	}
+	f.finish(ex, st, out)
+	return nil
+}
+
+// keepsUpstream reports a turn stopped by the node's shutdown while the
+// engine's tasks are durable (Store): its local task is restored at the
+// next start and reattaches to the upstream task, which must go on.
+func (f *ForwardExecutor) keepsUpstream(ctx context.Context) bool {
+	return f.o.Store != nil && errors.Is(context.Cause(ctx), agent.ErrShutdown)
+}
+
+// finish reports the upstream's final state (or question) on the local
+// task.
+func (f *ForwardExecutor) finish(ex *agent.Execution, st *fwdState, out fwdOutcome) {
 	text, parts := splitMessage(out.msg)
 	switch out.state {
 	case a2a.TaskStateCompleted:
@@ -494,6 +585,63 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *agent.Execution) erro
 	default: // failed, or an unknown final state
 		ex.Fail(strings.TrimSpace(text+" ("+string(out.state)+" upstream)"), parts...)
 	}
+}
+
+// Reattach implements agent.Reattacher: a task that was running when the
+// node stopped follows its upstream task again, found by the upstream task
+// id stored with it (tasks/get, then polling until it settles, the
+// upstream's progress and artifacts relayed as during Execute). When the
+// upstream had not named its task yet, or no longer knows it, the task
+// ends failed saying so.
+func (f *ForwardExecutor) Reattach(ctx context.Context, ex *agent.Execution) error {
+	st := f.state(ex)
+	defer ex.SetValue(st)
+	if st.upTask == "" {
+		ex.Fail(agent.RestartedText + ", before the agent this device forwards to had taken the task")
+		return nil
+	}
+	rem, err := f.open(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ex.Fail(agent.RestartedText + ", and the agent this device forwards to cannot be reached to pick it up: " + f.callerError(ex.TaskID(), err))
+		return nil
+	}
+	defer rem.Close()
+	key := fwdCtxKey{owner: ex.Caller().Owner(), ctx: ex.ContextID()}
+	var out fwdOutcome
+	on := func(ev a2a.Event) { f.relay(ex, st, key, ev, &out) }
+	t, err := rem.client.GetTask(ctx, &a2a.TaskQueryParams{ID: st.upTask})
+	if err == nil && t != nil {
+		if t.ID == "" {
+			t.ID = st.upTask
+		}
+		on(t)
+		if !settled(t.Status.State) {
+			err = rem.poll(ctx, st.upTask, nil, on)
+		}
+	} else if err == nil {
+		err = errors.New("an empty answer to tasks/get")
+	} else {
+		err = rem.classify(err)
+	}
+	if ctx.Err() != nil {
+		if !f.keepsUpstream(ctx) {
+			f.cancelUpstream(context.WithoutCancel(ctx), rem, st.upTask)
+		}
+		return ctx.Err()
+	}
+	if err != nil {
+		if errors.Is(err, a2a.ErrTaskNotFound) {
+			ex.Fail(agent.RestartedText + ", and the agent this device forwards to no longer knows its task")
+			return nil
+		}
+		ex.Fail(agent.RestartedText + "; following it again at the agent this device forwards to failed: " + f.callerError(ex.TaskID(), err))
+		return nil
+	}
+	f.log.Info("forwarded task picked up again after a restart", "task", ex.TaskID(), "upstream_task", st.upTask, "state", out.state)
+	f.finish(ex, st, out)
 	return nil
 }
 
@@ -528,12 +676,18 @@ func (f *ForwardExecutor) relay(ex *agent.Execution, st *fwdState, key fwdCtxKey
 		}
 	}
 	learn := func(id a2a.TaskID, ctxID string) {
+		named := false
 		if st.upTask == "" && id != "" {
-			st.upTask = id
+			st.upTask, named = id, true
 		}
 		if st.upCtx == "" && ctxID != "" {
 			st.upCtx = ctxID
 			f.rememberContext(key, ctxID)
+		}
+		if named {
+			// Kept on the task now: a restart while the upstream works
+			// reattaches to this id (Reattach).
+			ex.SetValue(st)
 		}
 	}
 	switch v := ev.(type) {
@@ -574,8 +728,8 @@ func (f *ForwardExecutor) upstreamContext(k fwdCtxKey) string {
 // least recently used pair goes when MaxContexts is reached.
 func (f *ForwardExecutor) rememberContext(k fwdCtxKey, up string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if _, ok := f.contexts[k]; ok {
+		f.mu.Unlock()
 		return
 	}
 	if len(f.contexts) >= f.o.MaxContexts {
@@ -589,7 +743,16 @@ func (f *ForwardExecutor) rememberContext(k fwdCtxKey, up string) {
 		}
 		delete(f.contexts, oldest)
 	}
-	f.contexts[k] = &fwdCtx{up: up, used: f.o.Now()}
+	now := f.o.Now()
+	f.contexts[k] = &fwdCtx{up: up, used: now}
+	f.mu.Unlock()
+	if f.o.Store != nil {
+		// Committed before the upstream's answer is relayed on: a restart
+		// keeps the caller's follow-ups in the same upstream context.
+		if err := f.o.Store.PutContext(context.Background(), store.ContextLink{Owner: k.owner, ContextID: k.ctx, Upstream: up, Used: now}); err != nil {
+			f.log.Warn("context link not written to the database", "err", err)
+		}
+	}
 }
 
 // splitMessage is a status message's text and its other parts.

@@ -28,6 +28,8 @@ import (
 //	sleep      working "sleeping", then waits for cancel
 //	slow       working "step 1", pauses 300 ms, working "step 2", completed
 //	reject     rejected "not today"
+//	hold       working "holding", then waits for release (closed by the
+//	           test): artifact "held", completed "released"
 type upstream struct {
 	hs    *httptest.Server
 	token string // required bearer token; "" for none
@@ -38,8 +40,9 @@ type upstream struct {
 	stopped  chan a2a.TaskID // sleep reports its stop
 	started  chan a2a.TaskID // sleep reports its start
 	card     *a2a.AgentCard
-	hits     int          // JSON-RPC requests
-	rpc      http.Handler // the a2asrv handler; restart replaces it
+	hits     int           // JSON-RPC requests
+	rpc      http.Handler  // the a2asrv handler; restart replaces it
+	release  chan struct{} // hold waits for it
 }
 
 type upstreamCall struct {
@@ -137,6 +140,19 @@ func (x upstreamExec) Execute(ctx context.Context, rc *a2asrv.RequestContext, q 
 		return status(a2a.TaskStateCompleted, say("slow done"), true)
 	case "reject":
 		return status(a2a.TaskStateRejected, say("not today"), true)
+	case "hold":
+		if err := status(a2a.TaskStateWorking, say("holding"), false); err != nil {
+			return err
+		}
+		select {
+		case <-u.release:
+		case <-ctx.Done():
+			return nil
+		}
+		if err := q.Write(ctx, a2a.NewArtifactEvent(rc, a2a.TextPart{Text: "held"})); err != nil {
+			return err
+		}
+		return status(a2a.TaskStateCompleted, say("released"), true)
 	}
 	return status(a2a.TaskStateFailed, say("unknown command "+cmd), true)
 }
@@ -158,7 +174,7 @@ type upstreamOpts struct {
 
 func newUpstream(t testing.TB, o upstreamOpts) *upstream {
 	t.Helper()
-	u := &upstream{token: o.token, stopped: make(chan a2a.TaskID, 8), started: make(chan a2a.TaskID, 8)}
+	u := &upstream{token: o.token, stopped: make(chan a2a.TaskID, 8), started: make(chan a2a.TaskID, 8), release: make(chan struct{})}
 	u.rpc = a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(upstreamExec{u}))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+agent.CardPath, func(w http.ResponseWriter, r *http.Request) {
