@@ -131,6 +131,7 @@ type transferExecutor struct {
 var (
 	_ agent.Executor   = transferExecutor{}
 	_ agent.Summarizer = transferExecutor{}
+	_ agent.Reattacher = transferExecutor{}
 )
 
 // isTransfer says whether msg goes to the files side: an announcement
@@ -220,6 +221,19 @@ func (x transferExecutor) Execute(ctx context.Context, ex *agent.Execution) erro
 		return nil
 	}
 	x.n.receiveFiles(ctx, ex, in)
+	return nil
+}
+
+// Reattach implements agent.Reattacher for a task restored running: the
+// next executor's (the forward executor follows its upstream task again);
+// a transfer, or a task of an executor without Reattach, ends failed.
+func (x transferExecutor) Reattach(ctx context.Context, ex *agent.Execution) error {
+	if _, _, transfer := x.isTransfer(ex.Message()); !transfer {
+		if ra, ok := x.next.(agent.Reattacher); ok {
+			return ra.Reattach(ctx, ex)
+		}
+	}
+	ex.Fail(agent.RestartedText)
 	return nil
 }
 
