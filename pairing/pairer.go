@@ -733,6 +733,25 @@ func (p *Pairer) Restore(r Request) error {
 	return nil
 }
 
+// Approvable reports whether Decide could approve request id now: nil, or
+// the error it would return (ErrNoRequest, ErrDecided, ErrExpired,
+// ErrClaimantAway for a restored request whose claimant has not polled
+// since). Nothing changes.
+func (p *Pairer) Approvable(id string) error {
+	now := p.o.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sweepLocked(now)
+	r := p.reqs[id]
+	if err := r.decidable(); err != nil {
+		return err
+	}
+	if !r.polled {
+		return ErrClaimantAway
+	}
+	return nil
+}
+
 // Subscribe returns a coalesced notice channel (capacity 1) that fires when
 // the set of pending requests changes; re-read Pending. cancel closes it.
 func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscribe() }
