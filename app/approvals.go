@@ -176,7 +176,12 @@ type Approvals struct {
 	// the engine asks again for their task (Post re-uses them) or they
 	// expire; guarded by mu.
 	restored map[string]*pendingApproval
-	closing  bool // guarded by mu: decisions are no longer written
+	// decided holds, by task ID, the decisions the audit trail has for
+	// tasks the database still has waiting (a kill -9 came between the
+	// decision's commit and the task's next write): the engine's re-ask
+	// gets the recorded decision, not a second question; guarded by mu.
+	decided map[string]ApprovalDecision
+	closing bool // guarded by mu: decisions are no longer written
 }
 
 type pendingApproval struct {
@@ -195,7 +200,8 @@ func newApprovals(timeout time.Duration, publish func()) *Approvals {
 		publish = func() {}
 	}
 	return &Approvals{timeout: timeout, publish: publish, log: slog.New(slog.DiscardHandler),
-		items: make(map[string]*pendingApproval), restored: make(map[string]*pendingApproval)}
+		items: make(map[string]*pendingApproval), restored: make(map[string]*pendingApproval),
+		decided: make(map[string]ApprovalDecision)}
 }
 
 func newApprovalID() string {
@@ -211,9 +217,9 @@ func newApprovalID() string {
 // zero) or is withdrawn. It returns the approval id. With a database the
 // request is stored before Post returns (its error then refuses it).
 //
-// A delegation whose a.TaskID is a restored row's task takes that row
-// back: the same id and Created, and a.Expires (the engine's deadline) or
-// else the row's.
+// A delegation or file transfer whose a.TaskID is a restored row's task
+// takes that row back: the same id and Created, and a.Expires (the
+// engine's deadline) or else the row's.
 func (q *Approvals) Post(a Approval, onDecide func(ApprovalDecision)) (string, error) {
 	return q.post(a, nil, func(d ApprovalDecision) error { onDecide(d); return nil })
 }
@@ -231,7 +237,7 @@ func (q *Approvals) post(a Approval, r *pairing.Request, onDecide func(ApprovalD
 		q.mu.Unlock()
 		return "", ErrShuttingDown
 	}
-	if a.Kind == KindDelegation && a.TaskID != "" {
+	if a.taskKind() && a.TaskID != "" {
 		if r := q.restored[a.TaskID]; r != nil {
 			delete(q.restored, a.TaskID)
 			r.timer.Stop()
@@ -299,6 +305,10 @@ func (q *Approvals) post(a Approval, r *pairing.Request, onDecide func(ApprovalD
 	q.publish()
 	return a.ID, nil
 }
+
+// taskKind reports an approval of an incoming A2A task (a delegation or a
+// file transfer): the engine asks again for it after a restart.
+func (a Approval) taskKind() bool { return a.Kind == KindDelegation || a.Kind == KindFiles }
 
 // queueLocked lists p (ready) and starts its timer.
 func (q *Approvals) queueLocked(p *pendingApproval) {
@@ -536,9 +546,9 @@ func (q *Approvals) pairingRequest(id string) string {
 // pending, for restorePairing once the pairer runs. Every other row:
 //   - past its expiry: refused as a timeout ("the deadline passed while
 //     the node was down");
-//   - a delegation whose task waits again (waiting(task ID), the engine's
-//     restored store): kept, unlisted, until the engine asks again for that
-//     task (Post re-uses it) or its expiry passes;
+//   - a delegation or file transfer whose task waits again (waiting(task
+//     ID), the engine's restored store): kept, unlisted, until the engine
+//     asks again for that task (Post re-uses it) or its expiry passes;
 //   - anything else (a capability call, whose caller's request ended with
 //     the process; a delegation whose task is gone or ended): refused
 //     with an audit entry "the node restarted".
@@ -562,7 +572,7 @@ func (q *Approvals) restore(ctx context.Context, db *store.Store, log *slog.Logg
 				Reason: "the deadline passed while the node was down"})
 		case a.Kind == KindPairing:
 			pairs = append(pairs, r)
-		case a.Kind == KindDelegation && a.TaskID != "" && waiting(a.TaskID):
+		case a.taskKind() && a.TaskID != "" && waiting(a.TaskID):
 			p := &pendingApproval{a: a, ready: true}
 			taskID, wait := a.TaskID, a.Expires.Sub(a.Created)
 			p.timer = time.AfterFunc(time.Until(a.Expires), func() {
@@ -588,7 +598,79 @@ func (q *Approvals) restore(ctx context.Context, db *store.Store, log *slog.Logg
 	if len(rows) > 0 {
 		log.Info("approvals kept across the restart", "rows", len(rows), "pairing", len(pairs))
 	}
+	if err := q.loadDecided(ctx, db, rows); err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
 	return pairs, nil
+}
+
+// loadDecided finds the tasks the database has waiting for approval with
+// no pending row (their decision committed, the task's own write lost to a
+// kill -9) and takes their decisions from the audit trail.
+func (q *Approvals) loadDecided(ctx context.Context, db *store.Store, rows []store.Approval) error {
+	pending := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		pending[r.TaskID] = true
+	}
+	live, err := db.Tasks(ctx, store.TaskFilter{Live: true})
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	var since time.Time
+	for _, t := range live {
+		if t.State != store.StateSubmitted || pending[t.ID] {
+			continue
+		}
+		want[t.ID] = true
+		if since.IsZero() || t.Created.Before(since) {
+			since = t.Created
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	es, err := db.Query(ctx, store.Filter{Kind: store.KindApproval, Since: since, Limit: 10000})
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, e := range es {
+		if !want[e.TaskID] {
+			continue
+		}
+		d := ApprovalDecision{Decision: DecisionDeny, Reason: e.Params, By: e.DecidedBy, Where: e.DecidedVia,
+			ByOwner: e.DecidedBy != decidedByNode && e.DecidedBy != decidedByPolicy}
+		if e.Result == "approved" {
+			d.Decision, d.Reason = DecisionApprove, ""
+		}
+		q.decided[e.TaskID] = d
+	}
+	if len(q.decided) > 0 {
+		q.log.Info("decisions recorded before the restart answer their tasks", "tasks", len(q.decided))
+	}
+	return nil
+}
+
+// peekDecided is takeDecided without taking it.
+func (q *Approvals) peekDecided(id string) (ApprovalDecision, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d, ok := q.decided[id]
+	return d, ok
+}
+
+// takeDecided returns (once) the recorded decision of task id (loadDecided).
+func (q *Approvals) takeDecided(id string) (ApprovalDecision, bool) {
+	if id == "" {
+		return ApprovalDecision{}, false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d, ok := q.decided[id]
+	delete(q.decided, id)
+	return d, ok
 }
 
 // restoredPairingNote is what a restored pairing request tells the owner in

@@ -63,6 +63,9 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	a.Summary = t.Summary
 	a.TaskID = string(t.TaskID)
 	a.Expires = t.Deadline // the engine's, kept across a restart
+	if _, ok := n.approvals.peekDecided(a.TaskID); ok {
+		g.Policy = pairing.PolicyAsk // the recorded decision answers (askQueued), not the policy again
+	}
 	switch g.Policy {
 	case pairing.PolicyAllow, pairing.PolicyDeny:
 		d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
@@ -302,6 +305,9 @@ func (n *Node) Approvals() []Approval { return n.approvals.List() }
 // the owner. A request that cannot be queued is a denial with the reason;
 // one withdrawn (ctx ended) returns ctx's error and a denial saying why.
 func (q *Approvals) askQueued(ctx context.Context, a Approval, queued func()) (ApprovalDecision, error) {
+	if d, ok := q.takeDecided(a.TaskID); ok {
+		return d, nil // decided before a restart: not asked twice
+	}
 	ch := make(chan ApprovalDecision, 1)
 	id, err := q.Post(a, func(d ApprovalDecision) { ch <- d })
 	if err != nil {

@@ -17,6 +17,7 @@ const (
 	ApprovalDelegation ApprovalKind = "delegation"
 	ApprovalCapability ApprovalKind = "capability"
 	ApprovalPairing    ApprovalKind = "pairing"
+	ApprovalFiles      ApprovalKind = "files" // a file transfer (an A2A task, like a delegation)
 )
 
 // Approval is one pending approval or pairing request. It has no field for
@@ -50,7 +51,7 @@ type Approval struct {
 // MaxApprovals, ErrInvalid). It returns once committed.
 func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 	switch a.Kind {
-	case ApprovalDelegation, ApprovalCapability, ApprovalPairing:
+	case ApprovalDelegation, ApprovalCapability, ApprovalPairing, ApprovalFiles:
 	default:
 		return fmt.Errorf("%w: approval kind %q", ErrInvalid, a.Kind)
 	}
