@@ -412,3 +412,150 @@ func TestKillWhileDecidingKeepsAcknowledgedDecisions(t *testing.T) {
 		}
 	}
 }
+
+// sendWaiting sends a delegation that waits for the owner (the caller's
+// connection is left to die with the node) and returns its approval.
+func sendWaiting(t *testing.T, n *apptest.Node, token string, before int) app.Approval {
+	t.Helper()
+	client := apptest.A2AClient(t, n.BaseURL, token)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go client.SendMessage(ctx, &a2a.MessageSendParams{Message: deviceInfoMessage()})
+	var got app.Approval
+	apptest.WaitFor(t, 30*time.Second, "the delegation waiting for approval", func() bool {
+		as := pendingApprovals(t, n)
+		if len(as) > before {
+			got = as[len(as)-1]
+			return true
+		}
+		return false
+	})
+	return got
+}
+
+// taskState polls the task on n (the caller asking again after the
+// restart) until it is terminal.
+func taskState(t *testing.T, n *apptest.Node, token, id string) *a2a.Task {
+	t.Helper()
+	client := apptest.A2AClient(t, n.BaseURL, token)
+	var task *a2a.Task
+	apptest.WaitFor(t, 30*time.Second, "task "+id+" to end", func() bool {
+		got, err := client.GetTask(context.Background(), &a2a.TaskQueryParams{ID: a2a.TaskID(id)})
+		if err != nil {
+			t.Fatalf("tasks/get %s after the restart: %v", id, err)
+		}
+		task = got
+		return got.Status.State.Terminal()
+	})
+	return task
+}
+
+func statusText(tk *a2a.Task) string {
+	if tk.Status.Message == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range tk.Status.Message.Parts {
+		if tp, ok := p.(a2a.TextPart); ok {
+			b.WriteString(tp.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestApprovalSurvivesRestartAndItsTaskCompletes: a delegation waits for
+// the owner; the node is killed (-9) and started again: `meshtray
+// approvals` lists the request with the same id, the owner approves it
+// there, and its task completes for the caller asking with tasks/get. A
+// second request across a graceful stop is listed again too (the stop did
+// not refuse it) and denied: its task ends rejected saying so.
+func TestApprovalSurvivesRestartAndItsTaskCompletes(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Name: "laptop"})
+	dir := n.StateDir
+	n.CLI("a2a", "on")
+	_, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+	first := sendWaiting(t, n, token, 0)
+	kill9(t, n)
+
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Name: "laptop"})
+	var again app.Approval
+	apptest.WaitFor(t, 20*time.Second, "the request listed again", func() bool {
+		as := pendingApprovals(t, n)
+		if len(as) == 1 {
+			again = as[0]
+		}
+		return len(as) == 1
+	})
+	if again.ID != first.ID || again.TaskID != first.TaskID || !again.Created.Equal(first.Created) || !again.Expires.Equal(first.Expires) ||
+		again.Summary != first.Summary || again.Peer != "agent-1" {
+		t.Fatalf("after the kill: %+v\nbefore: %+v", again, first)
+	}
+	if r := ptCLI(t, n, "approvals"); !strings.Contains(r.Stdout, first.ID) || !strings.Contains(r.Stdout, "agent-1") {
+		t.Fatalf("meshtray approvals after the restart:\n%s", r.Stdout)
+	}
+	ptCLI(t, n, "approve", first.ID)
+	host, _ := os.Hostname()
+	if tk := taskState(t, n, token, first.TaskID); tk.Status.State != a2a.TaskStateCompleted || !strings.Contains(mustJSON(t, tk.Artifacts), host) {
+		t.Fatalf("the approved task after the restart: %s %q %s", tk.Status.State, statusText(tk), mustJSON(t, tk.Artifacts))
+	}
+
+	second := sendWaiting(t, n, token, 0)
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Name: "laptop"})
+	apptest.WaitFor(t, 20*time.Second, "the request listed again after a graceful stop", func() bool {
+		as := pendingApprovals(t, n)
+		return len(as) == 1 && as[0].ID == second.ID && as[0].TaskID == second.TaskID
+	})
+	ptCLI(t, n, "deny", second.ID)
+	if tk := taskState(t, n, token, second.TaskID); tk.Status.State != a2a.TaskStateRejected || !strings.Contains(statusText(tk), "denied by the owner") {
+		t.Fatalf("the denied task after the restart: %s %q", tk.Status.State, statusText(tk))
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	db := openDB(t, dir)
+	es := auditApprovals(t, db)
+	if len(es) != 2 || es[0].TaskID != first.TaskID || es[0].Result != "approved" || es[1].TaskID != second.TaskID ||
+		es[1].Result != "denied" || es[1].Params != "denied by the owner" {
+		t.Fatalf("audit entries: %+v", es)
+	}
+	for _, e := range es {
+		if e.DecidedBy != "owner" || e.DecidedVia != store.WhereCLI || e.Peer != "agent-1" || e.Via != "loopback" {
+			t.Fatalf("audit entry %+v: want decided by the owner in the CLI, asked by agent-1 over loopback", e)
+		}
+	}
+}
+
+// TestApprovalDeadlinePassedWhileDown: a delegation's deadline passes while
+// the node is down; after the start it is not asked again: its task is
+// rejected saying why, and the audit trail has the refusal as a timeout.
+func TestApprovalDeadlinePassedWhileDown(t *testing.T) {
+	const timeout = 3 * time.Second
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Config: fmt.Sprintf("approval_timeout = %q\n", timeout)})
+	dir := n.StateDir
+	n.CLI("a2a", "on")
+	_, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+	a := sendWaiting(t, n, token, 0)
+	kill9(t, n)
+	time.Sleep(time.Until(a.Expires) + 100*time.Millisecond)
+
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file"})
+	if as := pendingApprovals(t, n); len(as) != 0 {
+		t.Fatalf("pending after the deadline passed: %+v", as)
+	}
+	tk := taskState(t, n, token, a.TaskID)
+	if tk.Status.State != a2a.TaskStateRejected || !strings.Contains(statusText(tk), "deadline passed") {
+		t.Fatalf("task past its deadline: %s %q", tk.Status.State, statusText(tk))
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	es := auditApprovals(t, openDB(t, dir))
+	if len(es) != 1 || es[0].TaskID != a.TaskID || es[0].Result != "denied" || es[0].DecidedVia != store.WhereTimeout ||
+		!strings.Contains(es[0].Params, "deadline passed while the node was down") {
+		t.Fatalf("audit entries: %+v", es)
+	}
+}
