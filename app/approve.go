@@ -13,6 +13,7 @@ import (
 	"meshtray/jsonout"
 	"meshtray/nodes"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // maxDetail bounds the text an approval shows of a request (bytes).
@@ -57,20 +58,30 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	if in, err, ok := (transferExecutor{n: n}).isTransfer(t.Message); ok {
 		return n.approveFiles(ctx, t, g, in, err)
 	}
-	switch g.Policy {
-	case pairing.PolicyAllow:
-		return agent.Decision{Approved: true}
-	case pairing.PolicyDeny:
-		return agent.Decision{Reason: fmt.Sprintf("delegations from %q are denied by policy", g.Name)}
-	}
 	a := approvalFrom(p, g)
 	a.Kind = KindDelegation
 	a.Summary = t.Summary
-	a.Detail = messageDetail(t.Message)
 	a.TaskID = string(t.TaskID)
+	a.Expires = t.Deadline // the engine's, kept across a restart
+	if _, ok := n.approvals.peekDecided(a.TaskID); ok {
+		g.Policy = pairing.PolicyAsk // the recorded decision answers (askQueued), not the policy again
+	}
+	switch g.Policy {
+	case pairing.PolicyAllow, pairing.PolicyDeny:
+		d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
+		if g.Policy == pairing.PolicyDeny {
+			d.Decision, d.Reason = DecisionDeny, fmt.Sprintf("delegations from %q are denied by policy", g.Name)
+		}
+		// The policy's decision is on disk before the task runs.
+		if err := n.approvals.record(a, d); err != nil && d.Approved() {
+			return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}
+		}
+		return agent.Decision{Approved: d.Approved(), Reason: d.Reason}
+	}
+	a.Detail = messageDetail(t.Message)
 	d, err := n.approvals.askQueued(ctx, a, t.Queued)
 	if err != nil {
-		return agent.Decision{Reason: "withdrawn: " + err.Error()}
+		return agent.Decision{Reason: d.Reason}
 	}
 	if d.Approved() {
 		// The grant may have been paused or revoked while the owner read
@@ -82,6 +93,15 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 		n.applyAlways(g, d)
 	}
 	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+}
+
+// taskWaiting reports whether the database holds task id live (not
+// terminal): the engine restores it and asks again for its approval.
+func (n *Node) taskWaiting(id string) bool {
+	ctx, cancel := context.WithTimeout(n.ctx, dbTimeout)
+	defer cancel()
+	t, err := n.db.Task(ctx, id)
+	return err == nil && !t.State.Terminal()
 }
 
 // grantGone returns why grant id no longer authorizes work ("" when it is
@@ -116,7 +136,7 @@ func (ca capabilityApprover) ApproveCall(ctx context.Context, c nodes.CallApprov
 	}
 	d, err := n.approvals.Ask(ctx, a)
 	if err != nil {
-		return false, "withdrawn: " + err.Error()
+		return false, d.Reason
 	}
 	if d.Approved() && g.ID != "" {
 		if reason := n.grantGone(g.ID); reason != "" {
@@ -176,18 +196,27 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 	if len(r.Replaces) > 0 {
 		a.Detail = fmt.Sprintf("This device is already paired; approving replaces %d earlier grant(s).", len(r.Replaces))
 	}
-	_, err := n.approvals.Post(a, func(d ApprovalDecision) {
+	_, err := n.approvals.postPairing(a, r, n.pairingDecision(r))
+	if err != nil {
+		n.log.Warn("pairing request refused", "err", err)
+		n.pairer.Decide(r.ID, false, nil)
+	}
+}
+
+// pairingDecision delivers the queue's decision on pairing request r to the
+// pairer. Only a person denies a pairing: a timeout or shutdown leaves the
+// request to the pairer, which reports it expired (the claimant must not
+// read "declined by the owner").
+func (n *Node) pairingDecision(r pairing.Request) func(ApprovalDecision) error {
+	return func(d ApprovalDecision) error {
 		if !d.Approved() {
-			// Only a person denies a pairing. A timeout or shutdown leaves
-			// the request to the pairer, which reports it expired: the
-			// claimant must not read "declined by the owner".
 			if !d.ByOwner {
-				return
+				return nil
 			}
 			if _, err := n.pairer.Decide(r.ID, false, nil); err != nil {
 				n.log.Debug("pairing denial not delivered", "err", err)
 			}
-			return
+			return nil
 		}
 		scopes := d.Scopes
 		if len(scopes) == 0 {
@@ -196,13 +225,10 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 		g, err := n.pairer.Decide(r.ID, true, scopes)
 		if err != nil {
 			n.log.Warn("pairing approval failed", "err", err)
-			return
+			return fmt.Errorf("approved, but no grant was issued: %w", err)
 		}
 		n.log.Info("paired", "grant", g)
-	})
-	if err != nil {
-		n.log.Warn("pairing request refused", "err", err)
-		n.pairer.Decide(r.ID, false, nil)
+		return nil
 	}
 }
 
@@ -233,6 +259,15 @@ func (n *Node) Decide(id string, d ApprovalDecision) error {
 			return badRequest("%v", err)
 		}
 		d.Scopes = sc
+	}
+	if a.Kind == KindPairing && d.Approved() && a.Restored {
+		// Refuse before anything is recorded: a grant for a claimant that
+		// stopped waiting would reach nobody.
+		if err := n.pairer.Approvable(n.approvals.pairingRequest(id)); errors.Is(err, pairing.ErrClaimantAway) {
+			return fmt.Errorf("%w: %s asked before this node restarted and has not polled since (it stopped waiting, "+
+				"or has not reconnected yet), so nothing was granted. If its screen still says it is waiting, "+
+				"approve again in a few seconds; otherwise deny it and pair again with a new code", err, a.Peer)
+		}
 	}
 	if err := n.approvals.Decide(id, d); err != nil {
 		if errors.Is(err, ErrNoApproval) {
@@ -267,8 +302,12 @@ func (n *Node) Approvals() []Approval { return n.approvals.List() }
 
 // askQueued is Ask that calls queued (if not nil) once a is in the queue,
 // before waiting: the A2A engine then tells the caller the task waits for
-// the owner.
+// the owner. A request that cannot be queued is a denial with the reason;
+// one withdrawn (ctx ended) returns ctx's error and a denial saying why.
 func (q *Approvals) askQueued(ctx context.Context, a Approval, queued func()) (ApprovalDecision, error) {
+	if d, ok := q.takeDecided(a.TaskID); ok {
+		return d, nil // decided before a restart: not asked twice
+	}
 	ch := make(chan ApprovalDecision, 1)
 	id, err := q.Post(a, func(d ApprovalDecision) { ch <- d })
 	if err != nil {
@@ -281,9 +320,39 @@ func (q *Approvals) askQueued(ctx context.Context, a Approval, queued func()) (A
 	case d := <-ch:
 		return d, nil
 	case <-ctx.Done():
-		q.Withdraw(id)
-		return ApprovalDecision{Decision: DecisionDeny, Reason: "withdrawn"}, ctx.Err()
+		reason := "withdrawn: " + ctx.Err().Error()
+		if q.isClosing() {
+			// The engine's shutdown ended the wait: the row stays for
+			// the next start.
+			reason = reasonShutdown
+		}
+		q.finish(id, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: reason})
+		return ApprovalDecision{Decision: DecisionDeny, Reason: reason}, ctx.Err()
 	}
+}
+
+func (q *Approvals) isClosing() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closing
+}
+
+// record audits a decision no person was asked for (a grant's policy):
+// durable before it returns.
+func (q *Approvals) record(a Approval, d ApprovalDecision) error {
+	q.mu.Lock()
+	db := q.db
+	q.mu.Unlock()
+	if db == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	if _, err := db.Append(ctx, approvalEntry(a, d)); err != nil {
+		q.log.Error("approval decision not recorded", "approval", a, "decision", d.Decision, "err", err)
+		return err
+	}
+	return nil
 }
 
 // WithdrawGrant refuses every pending approval asked for grant id (the
@@ -303,7 +372,7 @@ func (q *Approvals) WithdrawGrant(id, reason string) int {
 	q.mu.Unlock()
 	n := 0
 	for _, aid := range ids {
-		if q.finish(aid, ApprovalDecision{Decision: DecisionDeny, Reason: reason}) {
+		if q.finish(aid, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: reason}) == nil {
 			n++
 		}
 	}

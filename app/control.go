@@ -14,6 +14,7 @@ import (
 	"meshtray/keychain"
 	"meshtray/mesh"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // maxControlBody bounds every control-API request body.
@@ -72,6 +73,14 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		if !readJSON(w, r, &d) {
 			return
 		}
+		// The person at this device decides, in the tray or the CLI.
+		switch d.Where {
+		case "", store.WhereCLI, store.WhereTray:
+		default:
+			writeError(w, http.StatusBadRequest, fmt.Errorf("where must be %q or %q", store.WhereCLI, store.WhereTray))
+			return
+		}
+		d.By = decidedByOwner
 		if err := n.Decide(r.PathValue("id"), d); err != nil {
 			writeError(w, statusFor(err), err)
 			return
@@ -245,6 +254,10 @@ func statusFor(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrQueueFull):
 		return http.StatusTooManyRequests
+	case errors.Is(err, pairing.ErrClaimantAway):
+		return http.StatusConflict
+	case errors.Is(err, ErrShuttingDown):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

@@ -178,6 +178,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.db, err = openDatabase(cfg, n.log); err != nil {
 		return err
 	}
+	// The approvals an earlier run left, before the engine asks again.
+	pairRows, err := n.approvals.restore(n.ctx, n.db, n.log.With("pkg", "approvals"), n.taskWaiting)
+	if err != nil {
+		return err
+	}
 	// Bind the loopback port first: a port in use is the likeliest failure
 	// and should not leave a half-started node behind.
 	lbLn, err := listenLoopback(cfg.Port)
@@ -297,6 +302,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
+	n.restorePairing(pairRows)
 
 	// Grant changes from here on are seen by watchGrants, against the
 	// grants active before anything is served.
@@ -602,13 +608,17 @@ func (n *Node) watchPairing(ctx context.Context) {
 
 // Close stops the node: live tasks end canceled with a final status for
 // their streams (none of it written: the database keeps them as they were,
-// for the next start to restore), pending approvals are refused, listeners close after requests in flight, grants'
-// last-used times are flushed, the lock is released. Safe to call twice.
+// for the next start to restore), pending approvals stop waiting (their
+// rows stay: the next start lists them again),
+// listeners close after requests in flight, grants' last-used times are
+// flushed, the lock is released. Safe to call twice.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		// First: the waits the engine's shutdown ends are not decisions.
+		n.approvals.beginClose()
 		if n.agent != nil {
 			if err := n.agent.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("a2a: %w", err))

@@ -21,6 +21,7 @@ import (
 	"meshtray/files"
 	"meshtray/nodes"
 	"meshtray/pairing"
+	"meshtray/store"
 	"meshtray/textsafe"
 )
 
@@ -256,17 +257,24 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 	if err := recv.Check(in.manifest); err != nil {
 		return agent.Decision{Reason: refusalText(err)}
 	}
-	switch g.FilesPolicy {
-	case pairing.PolicyAllow:
-		return agent.Decision{Approved: true}
-	case pairing.PolicyDeny:
-		return agent.Decision{Reason: fmt.Sprintf("files from %q are refused by policy", g.Name)}
-	}
 	a := approvalFrom(t.Caller, g)
 	a.Kind = KindFiles
 	a.Summary = t.Summary
-	a.Detail = truncate(agent.MessageText(t.Message), maxDetail)
 	a.TaskID = string(t.TaskID)
+	a.Expires = t.Deadline // the engine's, kept across a restart
+	switch g.FilesPolicy {
+	case pairing.PolicyAllow, pairing.PolicyDeny:
+		// The policy's decision is audited (on disk) before it is acted on.
+		d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
+		if g.FilesPolicy == pairing.PolicyDeny {
+			d.Decision, d.Reason = DecisionDeny, fmt.Sprintf("files from %q are refused by policy", g.Name)
+		}
+		if err := n.approvals.record(a, d); err != nil && d.Approved() {
+			return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}
+		}
+		return agent.Decision{Approved: d.Approved(), Reason: d.Reason}
+	}
+	a.Detail = truncate(agent.MessageText(t.Message), maxDetail)
 	a.TotalSize = in.manifest.Total()
 	a.Dir = recv.Dir()
 	for i, e := range in.manifest.Files {

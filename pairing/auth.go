@@ -361,7 +361,7 @@ func HTTPStatus(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrBadDeviceID):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrDecided), errors.Is(err, ErrIdentityChanged):
+	case errors.Is(err, ErrDecided), errors.Is(err, ErrIdentityChanged), errors.Is(err, ErrClaimantAway):
 		return http.StatusConflict
 	case errors.Is(err, ErrExpired):
 		return http.StatusGone

@@ -52,6 +52,11 @@ var (
 	ErrExpired = errors.New("pairing: pairing request expired")
 	// ErrDenied: the owner denied the pairing request (claimant side).
 	ErrDenied = errors.New("pairing: pairing denied by the other device's owner")
+	// ErrClaimantAway: a pairing request restored after a restart
+	// (Pairer.Restore) is approved before its claimant polled again: its
+	// grant token could reach nobody (the claimant stopped waiting, or has
+	// not reconnected yet), so nothing is granted. HTTP 409.
+	ErrClaimantAway = errors.New("pairing: the device that asked has not polled since this node restarted, so a grant could not reach it")
 	// ErrSASMismatch: the SAS the issuer returned is not the one the
 	// claimant computes: the two sides do not see the same claim.
 	ErrSASMismatch = errors.New("pairing: verification code mismatch")

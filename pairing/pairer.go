@@ -297,6 +297,14 @@ type Request struct {
 	Replaces []string  `json:"replaces,omitempty"`
 	Created  time.Time `json:"created"`
 	Expires  time.Time `json:"expires"`
+	// PollHash is the SHA-256 of the claimant's poll token: what a
+	// durable queue keeps so Restore can find the claimant's next poll
+	// after a restart. It is not the token and cannot be used as one.
+	PollHash [32]byte `json:"-"`
+	// Restored marks a request put back by Restore: it has no SAS (the
+	// nonces it is made of are not kept), and it can be approved only
+	// once its claimant polled again (ErrClaimantAway).
+	Restored bool `json:"restored,omitempty"`
 }
 
 // LogValue implements slog.LogValuer without the SAS.
@@ -331,6 +339,9 @@ type pending struct {
 	scopes      Scopes
 	collectBy   time.Time // approved: the token must be collected before
 	forgetAfter time.Time // denied/expired: answer status until, then forget
+	// polled: a restored request's claimant polled since Restore (its
+	// token would reach it); always true for a request claimed here.
+	polled bool
 }
 
 type session struct {
@@ -615,7 +626,9 @@ func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 		},
 		pollHash: sha256.Sum256([]byte(poll)),
 		changed:  make(chan struct{}),
+		polled:   true,
 	}
+	r.req.PollHash = r.pollHash
 	p.reqs[id] = r
 	req := r.req
 	p.mu.Unlock()
@@ -675,6 +688,70 @@ func (p *Pairer) Pending() []Request {
 	return out
 }
 
+// Restore puts back a pending request an earlier run of this node kept
+// (r as OnRequest saw it, with its PollHash): a claimant still polling with
+// its poll token finds it again and waits for the decision as before. The
+// restored request has no SAS (it is made of nonces that are never kept)
+// and is approved only once its claimant polled since (Decide:
+// ErrClaimantAway before); denying it works at once. Errors: ErrExpired
+// (r.Expires passed), ErrDecided (the ID is known here), ErrBusy,
+// ErrInvalid (no ID or poll hash), ErrClosed.
+func (p *Pairer) Restore(r Request) error {
+	now := p.o.Now()
+	if r.ID == "" || r.PollHash == ([32]byte{}) {
+		return fmt.Errorf("%w: a restored pairing request needs its ID and poll hash", ErrInvalid)
+	}
+	if !now.Before(r.Expires) {
+		return ErrExpired
+	}
+	r.SAS, r.Restored = "", true
+	r.Name, r.OS = cleanText(r.Name, MaxNameLen), cleanText(r.OS, MaxOSLen)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.sweepLocked(now)
+	if p.reqs[r.ID] != nil {
+		p.mu.Unlock()
+		return ErrDecided
+	}
+	live := 0
+	for _, q := range p.reqs {
+		if q.state == statePending || q.state == stateDeciding {
+			live++
+		}
+	}
+	if live >= maxPending {
+		p.mu.Unlock()
+		return ErrBusy
+	}
+	p.reqs[r.ID] = &pending{req: r, pollHash: r.PollHash, changed: make(chan struct{})}
+	p.mu.Unlock()
+	p.changes.notify()
+	p.log.Info("pairing request restored after a restart", "request", r)
+	return nil
+}
+
+// Approvable reports whether Decide could approve request id now: nil, or
+// the error it would return (ErrNoRequest, ErrDecided, ErrExpired,
+// ErrClaimantAway for a restored request whose claimant has not polled
+// since). Nothing changes.
+func (p *Pairer) Approvable(id string) error {
+	now := p.o.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sweepLocked(now)
+	r := p.reqs[id]
+	if err := r.decidable(); err != nil {
+		return err
+	}
+	if !r.polled {
+		return ErrClaimantAway
+	}
+	return nil
+}
+
 // Subscribe returns a coalesced notice channel (capacity 1) that fires when
 // the set of pending requests changes; re-read Pending. cancel closes it.
 func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscribe() }
@@ -698,6 +775,10 @@ func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
 	if err := r.decidable(); err != nil {
 		p.mu.Unlock()
 		return Grant{}, err
+	}
+	if approve && !r.polled {
+		p.mu.Unlock()
+		return Grant{}, ErrClaimantAway
 	}
 	if !approve {
 		r.finish(stateDenied, now.Add(p.o.RequestTTL))
@@ -795,15 +876,19 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 			return StatusResponse{}, ErrNoRequest
 		}
 		resp := StatusResponse{Expires: r.req.Expires, Issuer: p.Issuer()}
+		if !r.polled {
+			r.polled = true
+			p.changes.notify() // the claimant is back; never blocks
+		}
 		switch r.state {
 		case statePending, stateDeciding:
 			resp.Status = StatusPending
 			if p.closed {
-				// Requests live in memory: a closing pairer's pending
-				// requests end here, undecided.
-				resp.Status = StatusExpired
+				// The node is stopping: the request is not decided (a
+				// durable queue restores it at the next start), so the
+				// claimant is told to retry, not that it expired.
 				p.mu.Unlock()
-				return resp, nil
+				return StatusResponse{}, ErrClosed
 			}
 			if waited || r.waiters >= maxWaitersPerRequest {
 				p.mu.Unlock()

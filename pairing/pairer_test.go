@@ -2,6 +2,7 @@ package pairing
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
@@ -773,20 +774,113 @@ func TestStatusHandlerAtShutdown(t *testing.T) {
 	}
 }
 
-// TestStatusAfterClose: a closing pairer reports its pending requests
-// expired (they live in memory), never denied: nobody declined them.
+// TestStatusAfterClose: a closing pairer answers a pending request's poll
+// with ErrClosed (HTTP 503: try again), never denied nor expired: nobody
+// declined it, and the node's queue restores it at the next start.
 func TestStatusAfterClose(t *testing.T) {
 	t.Parallel()
 	f := newPairerFixture(t)
 	cr := f.claim(t)
-	done := make(chan StatusResponse, 1)
+	type result struct {
+		st  StatusResponse
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		st, _ := f.p.Status(context.Background(), cr.RequestID, cr.PollToken)
-		done <- st
+		st, err := f.p.Status(context.Background(), cr.RequestID, cr.PollToken)
+		done <- result{st, err}
 	}()
 	f.p.Close()
-	if st := <-done; st.Status != StatusExpired {
-		t.Fatalf("status of a pending request at Close = %q, want %q", st.Status, StatusExpired)
+	if r := <-done; !errors.Is(r.err, ErrClosed) || r.st.Status != "" || HTTPStatus(r.err) != http.StatusServiceUnavailable {
+		t.Fatalf("status of a pending request at Close = %q, %v; want ErrClosed (503)", r.st.Status, r.err)
+	}
+}
+
+// TestRestoreAfterRestart: a pending request put back into a new pairer
+// (the node restarted) answers its claimant's poll token, not another; it
+// has no SAS; it is approved only once the claimant polled again, and then
+// the claimant collects its token; a denial is delivered at once.
+func TestRestoreAfterRestart(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	cr := f.claim(t)
+	req := <-f.reqs
+	if req.PollHash != sha256.Sum256([]byte(cr.PollToken)) || req.Restored {
+		t.Fatalf("OnRequest's request: poll hash %x, restored %v", req.PollHash, req.Restored)
+	}
+	// The next run: a new pairer on the same identity and grants.
+	f2 := newPairerFixture(t, func(o *PairerOptions) { o.Grants, o.Identity = f.g, f.id })
+	if err := f2.p.Restore(Request{ID: req.ID, Name: req.Name}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Restore without a poll hash: %v", err)
+	}
+	if err := f2.p.Restore(req); err != nil {
+		t.Fatal(err)
+	}
+	if err := f2.p.Restore(req); !errors.Is(err, ErrDecided) {
+		t.Fatalf("second Restore: %v", err)
+	}
+	pend := f2.p.Pending()
+	if len(pend) != 1 || pend[0].ID != req.ID || pend[0].SAS != "" || !pend[0].Restored {
+		t.Fatalf("Pending after Restore = %+v", pend)
+	}
+	if _, err := f2.p.Decide(req.ID, true, nil); !errors.Is(err, ErrClaimantAway) || HTTPStatus(err) != http.StatusConflict {
+		t.Fatalf("approval before the claimant polled: %v, want ErrClaimantAway (409)", err)
+	}
+	if _, err := f2.p.Status(context.Background(), req.ID, "not the poll token"); !errors.Is(err, ErrNoRequest) {
+		t.Fatalf("poll with another token: %v", err)
+	}
+	changes, stop := f2.p.Subscribe()
+	defer stop()
+	type result struct {
+		st  StatusResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := f2.p.Status(context.Background(), req.ID, cr.PollToken)
+		done <- result{st, err}
+	}()
+	var g Grant
+	for deadline := time.After(10 * time.Second); ; {
+		var err error
+		if g, err = f2.p.Decide(req.ID, true, Scopes{ScopeAgent}); err == nil {
+			break
+		} else if !errors.Is(err, ErrClaimantAway) {
+			t.Fatal(err)
+		}
+		select {
+		case <-changes:
+		case <-deadline:
+			t.Fatal("the claimant's poll never reached the restored request")
+		}
+	}
+	r := <-done
+	if r.err != nil || r.st.Status != StatusApproved || !ValidToken(r.st.Token) || r.st.GrantID != g.ID {
+		t.Fatalf("claimant's poll after the approval: %+v, %v", r.st, r.err)
+	}
+	if ag, err := f.g.Authenticate(r.st.Token); err != nil || ag.ID != g.ID {
+		t.Fatalf("the collected token: %+v, %v", ag, err)
+	}
+
+	// A denial needs no poll first.
+	cr2 := f.claim(t)
+	req2 := <-f.reqs
+	if err := f2.p.Restore(req2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f2.p.Decide(req2.ID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := f2.p.Status(context.Background(), req2.ID, cr2.PollToken); err != nil || st.Status != StatusDenied {
+		t.Fatalf("claimant's poll after the denial: %+v, %v", st, err)
+	}
+
+	// Past its expiry a request is not restored.
+	f.claim(t)
+	req3 := <-f.reqs
+	f2.clock.Advance(DefaultRequestTTL)
+	if err := f2.p.Restore(req3); !errors.Is(err, ErrExpired) {
+		t.Fatalf("Restore past the expiry: %v", err)
 	}
 }
 

@@ -24,8 +24,11 @@ const (
 	// KindApproval: an approval decision. Subject is what was asked (the
 	// summary), GrantID and Peer who asked, Via the listener the request
 	// came on, Result "approved" or "denied", DecidedBy who decided
-	// ("owner", a device id, "policy"), DecidedVia where (a Where value),
-	// TaskID the task it was about.
+	// ("owner", a device id, "policy", "node" for a timeout, a withdrawal
+	// or a restart), DecidedVia where (a Where value; "" when the request
+	// went away), Params why a request was refused or what an approval
+	// granted ("no answer within 2m0s", "the node restarted", "scopes
+	// agent,node"), TaskID the task it was about.
 	KindApproval Kind = "approval"
 	// KindCapability: a capability run. Subject is the capability, Params
 	// a parameter summary, GrantID and Peer the caller, Result the result

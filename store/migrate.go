@@ -128,6 +128,10 @@ CREATE TABLE audit_chain (
 ) STRICT;
 INSERT INTO audit_chain VALUES (1, 0, zeroblob(32), 0, zeroblob(32));
 `},
+	{"pairing approvals: the request id and the poll token's hash", `
+ALTER TABLE approvals ADD COLUMN request_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN poll_hash BLOB;
+`},
 }
 
 // SchemaVersion is the newest schema this binary knows.

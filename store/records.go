@@ -17,12 +17,15 @@ const (
 	ApprovalDelegation ApprovalKind = "delegation"
 	ApprovalCapability ApprovalKind = "capability"
 	ApprovalPairing    ApprovalKind = "pairing"
+	ApprovalFiles      ApprovalKind = "files" // a file transfer (an A2A task, like a delegation)
 )
 
 // Approval is one pending approval or pairing request. It has no field for
 // a pairing code, SAS or token: those stay in memory with the pairing
-// session, so a pairing request restored after a restart is listed and can
-// be denied, and the claimant pairs again for a new code.
+// session. A pairing request keeps its request ID and the SHA-256 of the
+// claimant's poll token (PollHash: it finds the claimant's next poll, it
+// cannot be used as the token), so after a restart it is listed again and
+// can be denied, or approved once the claimant polls again.
 type Approval struct {
 	ID          string
 	Kind        ApprovalKind
@@ -38,6 +41,8 @@ type Approval struct {
 	Detail      string
 	Scopes      []string // requested scopes (pairing)
 	TaskID      string
+	RequestID   string // pairing: the pairing request's ID
+	PollHash    []byte // pairing: SHA-256 of the claimant's poll token (32 bytes)
 	Created     time.Time
 	Expires     time.Time // at Expires the request is refused
 }
@@ -46,7 +51,7 @@ type Approval struct {
 // MaxApprovals, ErrInvalid). It returns once committed.
 func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 	switch a.Kind {
-	case ApprovalDelegation, ApprovalCapability, ApprovalPairing:
+	case ApprovalDelegation, ApprovalCapability, ApprovalPairing, ApprovalFiles:
 	default:
 		return fmt.Errorf("%w: approval kind %q", ErrInvalid, a.Kind)
 	}
@@ -54,8 +59,11 @@ func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 		return fmt.Errorf("%w: an approval needs an id and an expiry", ErrInvalid)
 	}
 	if err := checkText("approval", a.ID, a.GrantID, a.Peer, a.DeviceID, a.OS, a.Via, a.Addr, a.TailnetUser,
-		a.TailnetNode, a.Summary, a.Detail, strings.Join(a.Scopes, ","), a.TaskID); err != nil {
+		a.TailnetNode, a.Summary, a.Detail, strings.Join(a.Scopes, ","), a.TaskID, a.RequestID); err != nil {
 		return err
+	}
+	if a.PollHash != nil && len(a.PollHash) != 32 {
+		return fmt.Errorf("%w: a poll token hash is 32 bytes (SHA-256)", ErrInvalid)
 	}
 	if a.Created.IsZero() {
 		a.Created = s.now()
@@ -65,9 +73,10 @@ func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 			return fmt.Errorf("%w: %d approvals are pending", ErrFull, b.st.approvals)
 		}
 		_, err := b.exec(`INSERT INTO approvals (id, kind, grant_id, peer, device_id, os, via, addr, tailnet_user,
-			tailnet_node, summary, detail, scopes, task_id, created, expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			tailnet_node, summary, detail, scopes, task_id, request_id, poll_hash, created, expires)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			a.ID, string(a.Kind), a.GrantID, a.Peer, a.DeviceID, a.OS, a.Via, a.Addr, a.TailnetUser, a.TailnetNode,
-			a.Summary, a.Detail, strings.Join(a.Scopes, ","), a.TaskID, ns(a.Created), ns(a.Expires))
+			a.Summary, a.Detail, strings.Join(a.Scopes, ","), a.TaskID, a.RequestID, a.PollHash, ns(a.Created), ns(a.Expires))
 		if isUniqueViolation(err) {
 			return fmt.Errorf("%w: approval %s", ErrExists, a.ID)
 		}
@@ -82,7 +91,8 @@ func (s *Store) PutApproval(ctx context.Context, a Approval) error {
 // Approvals returns the pending approvals, oldest first.
 func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
 	rows, err := s.query(ctx, `SELECT id, kind, grant_id, peer, device_id, os, via, addr, tailnet_user,
-		tailnet_node, summary, detail, scopes, task_id, created, expires FROM approvals ORDER BY created, id`)
+		tailnet_node, summary, detail, scopes, task_id, request_id, poll_hash, created, expires FROM approvals
+		ORDER BY created, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +103,7 @@ func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
 		var kind, scopes string
 		var created, expires int64
 		if err := rows.Scan(&a.ID, &kind, &a.GrantID, &a.Peer, &a.DeviceID, &a.OS, &a.Via, &a.Addr, &a.TailnetUser,
-			&a.TailnetNode, &a.Summary, &a.Detail, &scopes, &a.TaskID, &created, &expires); err != nil {
+			&a.TailnetNode, &a.Summary, &a.Detail, &scopes, &a.TaskID, &a.RequestID, &a.PollHash, &created, &expires); err != nil {
 			return nil, err
 		}
 		a.Kind = ApprovalKind(kind)

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -262,8 +264,9 @@ func TestApprovals(t *testing.T) {
 	path := tempDB(t)
 	s, _ := Open(path, Options{MaxApprovals: 2})
 	exp := time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)
+	poll := sha256.Sum256([]byte("the claimant's poll token"))
 	a := Approval{ID: "ap1", Kind: ApprovalPairing, Peer: "phone", Via: "lan", Summary: "pair as phone",
-		Scopes: []string{"agent", "node"}, Expires: exp}
+		Scopes: []string{"agent", "node"}, RequestID: "req1", PollHash: poll[:], Expires: exp}
 	if err := s.PutApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -279,11 +282,15 @@ func TestApprovals(t *testing.T) {
 	if err := s.PutApproval(ctx, Approval{ID: "ap4", Kind: "bribe", Expires: exp}); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
+	if err := s.PutApproval(ctx, Approval{ID: "ap5", Kind: ApprovalPairing, PollHash: []byte("short"), Expires: exp}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a poll hash that is no SHA-256: %v", err)
+	}
 	s.Close()
 
 	s = openTest(t, path, Options{MaxApprovals: 2})
 	got, _ := s.Approvals(ctx)
-	if len(got) != 2 || got[0].ID != "ap1" || !slices.Equal(got[0].Scopes, []string{"agent", "node"}) || !got[0].Expires.Equal(exp) {
+	if len(got) != 2 || got[0].ID != "ap1" || !slices.Equal(got[0].Scopes, []string{"agent", "node"}) || !got[0].Expires.Equal(exp) ||
+		got[0].RequestID != "req1" || !bytes.Equal(got[0].PollHash, poll[:]) || got[1].PollHash != nil {
 		t.Fatalf("after restart %+v", got)
 	}
 	e, err := s.ResolveApproval(ctx, "ap2", Entry{Kind: KindApproval, GrantID: "g1", Subject: "run device.info",

@@ -12,6 +12,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 func (c *cli) approvalsCommand() *cobra.Command {
@@ -98,7 +99,7 @@ func (c *cli) approveCommand() *cobra.Command {
 		Short: "Approve a pending request and say what it granted",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := app.ApprovalDecision{Decision: app.DecisionApprove, Always: always}
+			d := app.ApprovalDecision{Decision: app.DecisionApprove, Always: always, Where: store.WhereCLI}
 			if scopes != "" {
 				sc, err := scopesFlag(scopes)
 				if err != nil {
@@ -175,7 +176,7 @@ func (c *cli) denyCommand() *cobra.Command {
 				return err
 			}
 			defer done()
-			if err := cl.Decide(ctx, args[0], app.ApprovalDecision{Decision: app.DecisionDeny}); err != nil {
+			if err := cl.Decide(ctx, args[0], app.ApprovalDecision{Decision: app.DecisionDeny, Where: store.WhereCLI}); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.opts.Stdout, "denied %s\n", args[0])

@@ -15,6 +15,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 func (c *cli) pairCommand() *cobra.Command {
@@ -261,6 +262,7 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *app.Client, expires
 				}
 				d = app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: sc}
 			}
+			d.Where = store.WhereCLI
 			if err := cl.Decide(ctx, a.ID, d); err != nil {
 				if ctx.Err() != nil {
 					return ended()
