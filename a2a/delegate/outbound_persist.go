@@ -386,6 +386,8 @@ func (o *Outbound) followUpOnce(ctx context.Context, e *outEntry) error {
 	if t.ID == "" {
 		t.ID = taskID
 	}
+	// Reached: what kept the node from following is over.
+	o.edit(e, func(e *outEntry) { e.view.Error = "" })
 	o.apply(e, t)
 	if settled(t.Status.State) {
 		return nil
