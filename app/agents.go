@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -61,6 +62,7 @@ func (n *Node) startDelegation() (agent.Executor, error) {
 	}
 	d.out = delegate.NewOutbound(delegate.OutboundOptions{
 		Agents:   d.agents,
+		Store:    n.db, // the view survives a restart (restoreDelegation)
 		OnChange: func() { n.events.Publish(EventTasks) },
 		Logger:   n.log.With("pkg", "a2a"),
 	})
@@ -91,6 +93,24 @@ func (n *Node) attachDelegation() {
 	if n.deleg != nil && n.deleg.forward != nil {
 		n.deleg.forward.Attach(n.agent)
 	}
+}
+
+// restoreDelegation reads the outbound view back from the database and
+// follows up its live tasks at their agents; in Start, once the mesh
+// table exists (paired agents' addresses) and before the control API
+// serves.
+func (n *Node) restoreDelegation() error {
+	if n.deleg == nil || n.deleg.out == nil {
+		return nil
+	}
+	k, err := n.deleg.out.Restore(n.ctx)
+	if err != nil {
+		return fmt.Errorf("outbound tasks: %w", err)
+	}
+	if k > 0 {
+		n.log.Info("outbound tasks restored; following up the live ones at their agents", "tasks", k, "live", n.deleg.out.Live())
+	}
+	return nil
 }
 
 // closeDelegation stops following delegated tasks and forwards the cancel

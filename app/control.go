@@ -132,7 +132,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, errors.New(`body must be {"url": "https://host:port"}`))
 			return
 		}
-		p, err := n.disc.Table().AddManual(r.Context(), req.URL)
+		p, err := n.AddManualPeer(r.Context(), req.URL)
 		switch {
 		case errors.Is(err, mesh.ErrBadURL), errors.Is(err, mesh.ErrSelf):
 			writeError(w, http.StatusBadRequest, err)

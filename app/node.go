@@ -304,6 +304,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	n.restorePairing(pairRows)
 
+	if err := n.restoreDelegation(); err != nil {
+		return err
+	}
+
 	// Grant changes from here on are seen by watchGrants, against the
 	// grants active before anything is served.
 	grantChanges, stopGrantChanges := n.grants.Subscribe()
@@ -351,6 +355,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.disc.Start(n.ctx); err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
+	n.restoreManualPeers()
 	n.goLoop(n.watchDiscovery)
 	n.goLoop(func(ctx context.Context) { n.watchGrants(ctx, grantChanges, activeGrants) })
 	n.goLoop(n.watchPairing)
@@ -853,6 +858,80 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 // ErrNoPeer: no peer matches (404).
 var ErrNoPeer = errors.New("no peer")
 
+// peerStoreTimeout bounds one write or read of the peers added by hand.
+const peerStoreTimeout = 10 * time.Second
+
+// AddManualPeer adds a peer by hand (`meshtray peers add URL`, POST
+// /mesh/peers): its hello is probed (mesh.Table.AddManual: https only,
+// the presented certificate's fingerprint checked) and what it verified is
+// kept in the database, so the peer is there again after a restart
+// (restoreManualPeers). A peer added again at another address is kept at
+// the new one. The row is added even if it cannot be kept (the error is
+// logged: the peer is then gone after a restart).
+func (n *Node) AddManualPeer(ctx context.Context, rawURL string) (mesh.Peer, error) {
+	p, err := n.disc.Table().AddManual(ctx, rawURL)
+	if err != nil {
+		return p, err
+	}
+	addrs := p.Addrs[mesh.SourceManual]
+	if n.db == nil || len(addrs) == 0 {
+		return p, nil
+	}
+	url := "https://" + addrs[0]
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), peerStoreTimeout)
+	defer cancel()
+	n.forgetManualPeer(sctx, p.ID, url)
+	if err := n.db.PutPeer(sctx, store.ManualPeer{URL: url, DeviceID: p.ID, Fingerprint: p.FP, Name: p.Name}); err != nil {
+		n.log.Error("a peer added by hand was not written to the database; it is gone after a restart", "peer", pairing.ShortID(p.ID), "err", err)
+	}
+	return p, nil
+}
+
+// forgetManualPeer deletes the kept records of device id, but the one at
+// keep.
+func (n *Node) forgetManualPeer(ctx context.Context, id, keep string) {
+	ps, err := n.db.Peers(ctx)
+	if err != nil {
+		n.log.Error("cannot read the peers added by hand", "err", err)
+		return
+	}
+	for _, k := range ps {
+		if k.DeviceID == id && k.URL != keep {
+			if err := n.db.DeletePeer(ctx, k.URL); err != nil && !errors.Is(err, store.ErrNotFound) {
+				n.log.Error("a removed peer added by hand was not deleted from the database", "peer", pairing.ShortID(id), "err", err)
+			}
+		}
+	}
+}
+
+// restoreManualPeers gives the mesh table back the peers added by hand
+// before the restart (offline until their pinned re-probe answers, see
+// mesh.Discovery.RestoreManual); a kept record that no longer restores is
+// logged and left.
+func (n *Node) restoreManualPeers() {
+	if n.db == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, peerStoreTimeout)
+	defer cancel()
+	ps, err := n.db.Peers(ctx)
+	if err != nil {
+		n.log.Error("cannot read the peers added by hand", "err", err)
+		return
+	}
+	k := 0
+	for _, p := range ps {
+		if err := n.disc.RestoreManual(p.URL, p.DeviceID, p.Fingerprint, p.Name); err != nil {
+			n.log.Warn("a peer added by hand was not restored", "peer", pairing.ShortID(p.DeviceID), "url", p.URL, "err", err)
+			continue
+		}
+		k++
+	}
+	if k > 0 {
+		n.log.Info("peers added by hand restored", "peers", k)
+	}
+}
+
 // RemoveManualPeer forgets a peer added by hand (`meshtray peers rm`):
 // its manual source goes, sightings from mDNS or the tailnet stay. id is
 // the device ID or a prefix of it that names one manually added peer
@@ -872,6 +951,11 @@ func (n *Node) RemoveManualPeer(id string) error {
 	case 1:
 		n.disc.Table().Remove(match[0].ID)
 		n.events.Publish(EventPeers)
+		if n.db != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), peerStoreTimeout)
+			defer cancel()
+			n.forgetManualPeer(ctx, match[0].ID, "")
+		}
 		return nil
 	}
 	return badRequest("%q matches %d peers added by hand: give more of the device ID", clipID(id), len(match))

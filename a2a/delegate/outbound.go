@@ -211,6 +211,11 @@ type OutboundOptions struct {
 	// view says so, and the task may go on at its agent (cancel it there
 	// with Cancel).
 	MaxFollow time.Duration
+	// Store keeps the view across restarts (package store's Store; nil:
+	// memory only). A change of state or of who follows a task is written
+	// before anyone sees it; new artifacts and status texts are written in
+	// batches (progressDelay). Restore reads it back at start.
+	Store OutboundStore
 	// OnChange is called (without locks held) after any change.
 	OnChange func()
 	Logger   *slog.Logger
@@ -229,11 +234,18 @@ type Outbound struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// wmu serializes the changes of entries and their writes to the store:
+	// whoever changes an entry holds wmu, then mu. Readers take mu alone,
+	// so a slow disk never holds up List or Get. Taken before mu.
+	wmu sync.Mutex
+
 	// mu guards every entry and the fields below.
-	mu     sync.Mutex
-	byID   map[string]*outEntry
-	order  []*outEntry // creation order
-	closed bool
+	mu         sync.Mutex
+	byID       map[string]*outEntry
+	order      []*outEntry // creation order
+	closed     bool
+	dirty      map[*outEntry]struct{} // changed since written (progress)
+	flushTimer *time.Timer            // the next batch write; nil when none is due
 }
 
 type outEntry struct {
@@ -244,6 +256,8 @@ type outEntry struct {
 	artIdx     map[a2a.ArtifactID]int
 	bytes      int64
 	changed    chan struct{} // closed at the next change; made on demand
+	stored     bool          // written to the store at least once
+	final      bool          // written in a terminal state: the store takes no more
 }
 
 // NewOutbound returns the outbound view over o.Agents.
@@ -268,16 +282,19 @@ func NewOutbound(o OutboundOptions) *Outbound {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Outbound{o: o, log: log, ctx: ctx, cancel: cancel, byID: make(map[string]*outEntry)}
+	return &Outbound{o: o, log: log, ctx: ctx, cancel: cancel, byID: make(map[string]*outEntry), dirty: make(map[*outEntry]struct{})}
 }
 
-// Close stops following every task and waits for the followers to end.
+// Close stops following every task (they go on at their agents, and are
+// followed up after a restart), waits for the followers to end and writes
+// what is not written yet.
 func (o *Outbound) Close() {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
 	o.cancel()
 	o.wg.Wait()
+	o.flush()
 }
 
 func (o *Outbound) changed() {
@@ -452,29 +469,37 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 
 // finish records the end of an exchange.
 func (o *Outbound) finish(e *outEntry, err error, got, isNew bool) {
-	o.mu.Lock()
-	e.view.Following = false
-	switch {
-	case !got && isNew:
+	if !got && isNew {
+		o.wmu.Lock()
+		o.mu.Lock()
 		o.removeLocked(e)
-	case err == nil:
-		e.view.Error = ""
-	case errors.Is(err, a2a.ErrTaskNotFound) && e.view.TaskID != "":
-		o.forgetLocked(e)
-		o.log.Info("delegated task unknown at its agent", "task", e.view.ID, "agent", e.view.Agent)
-	case errors.Is(err, context.Canceled) && o.ctx.Err() != nil:
-		e.view.Error = "the node stopped following this task (shutting down)"
-	case !got:
-		// An answer that failed before any event: the task still waits.
-		e.view.Error = err.Error()
-	default:
-		e.view.Error = err.Error()
-		o.log.Info("lost track of a delegated task", "task", e.view.ID, "agent", e.view.Agent, "err", err)
+		delete(o.dirty, e)
+		o.mu.Unlock()
+		o.wmu.Unlock()
+		o.changed()
+		return
 	}
-	e.view.Updated = o.o.Now()
-	e.notifyLocked()
-	o.mu.Unlock()
-	o.changed()
+	now := o.o.Now()
+	o.commit(e, always, func(e *outEntry) bool {
+		e.view.Following = false
+		switch {
+		case err == nil:
+			e.view.Error = ""
+		case errors.Is(err, a2a.ErrTaskNotFound) && e.view.TaskID != "":
+			o.forgetLocked(e)
+			o.log.Info("delegated task unknown at its agent", "task", e.view.ID, "agent", e.view.Agent)
+		case errors.Is(err, context.Canceled) && o.ctx.Err() != nil:
+			e.view.Error = "the node stopped following this task (shutting down)"
+		case !got:
+			// An answer that failed before any event: the task still waits.
+			e.view.Error = err.Error()
+		default:
+			e.view.Error = err.Error()
+			o.log.Info("lost track of a delegated task", "task", e.view.ID, "agent", e.view.Agent, "err", err)
+		}
+		e.view.Updated = now
+		return true
+	})
 }
 
 // forgetLocked ends a task its agent answered "task not found" for (it
@@ -488,16 +513,33 @@ func (o *Outbound) forgetLocked(e *outEntry) {
 	e.view.Error = ""
 }
 
-// apply folds one event of the agent into the entry.
+// apply folds one event of the agent into the entry (a new state is
+// written before it is shown, see commit).
 func (o *Outbound) apply(e *outEntry, ev a2a.Event) {
 	now := o.o.Now()
-	o.mu.Lock()
-	defer func() {
-		e.view.Updated = now
-		e.notifyLocked()
-		o.mu.Unlock()
-		o.changed()
-	}()
+	o.commit(e, func(cur *outEntry) bool { return newState(cur.view.State, ev) }, func(x *outEntry) bool {
+		o.foldLocked(x, ev)
+		x.view.Updated = now
+		return true
+	})
+}
+
+// newState reports whether ev moves a task in state cur to another state.
+func newState(cur a2a.TaskState, ev a2a.Event) bool {
+	var next a2a.TaskState
+	switch v := ev.(type) {
+	case *a2a.Task:
+		next = v.Status.State
+	case *a2a.TaskStatusUpdateEvent:
+		next = v.Status.State
+	case *a2a.Message:
+		next = a2a.TaskStateCompleted
+	}
+	return next != "" && next != cur && !cur.Terminal()
+}
+
+// foldLocked folds one event of the agent into e.
+func (o *Outbound) foldLocked(e *outEntry, ev a2a.Event) {
 	if id := ev.TaskInfo().TaskID; id != "" && e.view.TaskID != "" && string(id) != e.view.TaskID {
 		o.log.Debug("event of another task ignored", "task", e.view.ID, "event_task", id)
 		return
@@ -684,38 +726,44 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 	if err != nil {
 		return OutboundTask{}, err
 	}
+	o.wmu.Lock()
 	o.mu.Lock()
 	e, err := o.findLocked(ref)
 	if err != nil {
 		o.mu.Unlock()
+		o.wmu.Unlock()
 		return OutboundTask{}, err
 	}
-	st := e.view.State
-	if !agent.Interrupted(st) || e.view.Following || e.view.TaskID == "" {
+	st, following := e.view.State, e.view.Following
+	if !agent.Interrupted(st) || following || e.view.TaskID == "" {
 		id := e.view.ID
 		o.mu.Unlock()
-		if e.view.Following && !agent.Interrupted(st) {
+		o.wmu.Unlock()
+		if following && !agent.Interrupted(st) {
 			return OutboundTask{}, fmt.Errorf("%w: task %s is %s; answer it when it asks (input-required)", ErrOutboundState, id, st)
+		}
+		if following {
+			return OutboundTask{}, fmt.Errorf("%w: task %s is being followed up at its agent; try again in a moment", ErrOutboundState, id)
 		}
 		return OutboundTask{}, fmt.Errorf("%w: task %s is %s; only a task asking for input (input-required) takes an answer", ErrOutboundState, id, st)
 	}
-	e.view.Following = true // reserve: one answer at a time
+	// Reserve it (one answer at a time); in memory only: what the agent
+	// answers is written.
+	e.view.Following = true
 	agentID, taskID, ctxID, want := e.agent.ID, e.view.TaskID, e.view.ContextID, e.wantStream
 	o.mu.Unlock()
+	o.wmu.Unlock()
 
 	rem, _, err := o.o.Agents.open(ctx, agentID, false)
 	if err != nil {
-		o.mu.Lock()
-		e.view.Following = false
-		o.mu.Unlock()
+		o.edit(e, func(e *outEntry) { e.view.Following = false })
 		return OutboundTask{}, err
 	}
 	msg.TaskID, msg.ContextID = a2a.TaskID(taskID), ctxID
-	o.mu.Lock()
-	e.view.Streaming = want && rem.card.Streaming
-	e.view.Error = ""
-	o.mu.Unlock()
-	o.changed()
+	o.edit(e, func(e *outEntry) {
+		e.view.Streaming = want && rem.card.Streaming
+		e.view.Error = ""
+	})
 	return o.follow(ctx, e, rem, &a2a.MessageSendParams{Message: msg}, false)
 }
 
@@ -748,12 +796,12 @@ func (o *Outbound) Cancel(ctx context.Context, ref string) (OutboundTask, error)
 	if err != nil {
 		switch {
 		case errors.Is(err, a2a.ErrTaskNotFound):
-			o.mu.Lock()
-			o.forgetLocked(e)
-			e.view.Updated = o.o.Now()
-			e.notifyLocked()
-			o.mu.Unlock()
-			o.changed()
+			now := o.o.Now()
+			o.commit(e, always, func(e *outEntry) bool {
+				o.forgetLocked(e)
+				e.view.Updated = now
+				return true
+			})
 			o.log.Info("canceled task unknown at its agent", "task", id, "agent", agentID)
 			return o.Get(id)
 		case errors.Is(err, a2a.ErrTaskNotCancelable):
