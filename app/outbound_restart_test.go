@@ -173,17 +173,6 @@ func (x *heldAgent) waitStarted(t *testing.T, name string) {
 	}
 }
 
-// kill9 kills n without letting it clean up.
-func kill9(t *testing.T, n *apptest.Node) {
-	t.Helper()
-	if err := n.Cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if exited, _ := n.Wait(10 * time.Second); !exited {
-		t.Fatal("the killed node did not exit")
-	}
-}
-
 // delegateDetached delegates text to agent and returns the task once the
 // agent took it.
 func delegateDetached(t *testing.T, n *apptest.Node, agent, text string) delegate.OutboundTask {
