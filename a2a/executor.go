@@ -52,10 +52,11 @@ type TaskApproval struct {
 	// deadline). The approver shows it and refuses at it.
 	Deadline time.Time
 	// Queued is for an Approver that implements QueueingApprover: it calls
-	// it once the request waits for a person (the approvals queue took
-	// it), and the task then shows "waiting for approval on <device>" to
-	// its caller. Never nil; calls after the first, or after the decision,
-	// do nothing.
+	// it just before the request is queued for a person, and the task then
+	// shows "waiting for approval on <device>" to its caller; the engine
+	// commits that state to the database before Queued returns, so a
+	// request the owner sees always has its task on disk. Never nil; calls
+	// after the first, or after the decision, do nothing.
 	Queued func()
 }
 

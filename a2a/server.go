@@ -1153,6 +1153,10 @@ func (s *Server) queued(t *task) {
 		return
 	}
 	t.setStatusLocked(a2a.TaskStateSubmitted, agentMessage(s.waitingText()), s.now())
+	// The owner may see the request as soon as this returns: the task it
+	// decides must be on disk by then, or a crash leaves an approval
+	// without its task.
+	s.persistLocked(t, true)
 }
 
 // turnKind is what a turn starts with.

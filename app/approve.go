@@ -308,13 +308,16 @@ func (q *Approvals) askQueued(ctx context.Context, a Approval, queued func()) (A
 	if d, ok := q.takeDecided(a.TaskID); ok {
 		return d, nil // decided before a restart: not asked twice
 	}
+	// The engine writes the waiting task before the request is queued
+	// (and so listed): a crash between the two leaves a task that asks
+	// again at the next start, never a request without its task.
+	if queued != nil {
+		queued()
+	}
 	ch := make(chan ApprovalDecision, 1)
 	id, err := q.Post(a, func(d ApprovalDecision) { ch <- d })
 	if err != nil {
 		return ApprovalDecision{Decision: DecisionDeny, Reason: err.Error()}, nil
-	}
-	if queued != nil {
-		queued()
 	}
 	select {
 	case d := <-ch:
