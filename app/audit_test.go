@@ -292,3 +292,33 @@ func TestAuditTrail(t *testing.T) {
 		t.Fatalf("verify of an edited entry %d: exit %d\n%s%s", victim, r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// TestAuditRetention: with [audit] max_entries = 5 the trail keeps the
+// newest entries (pruned as entries come and at start), and verify checks
+// the chain from the newest pruned entry.
+func TestAuditRetention(t *testing.T) {
+	dir := t.TempDir()
+	n := apptest.StartNode(t, apptest.Options{Name: "small", StateDir: dir, Config: "tailscale = false\n[audit]\nmax_entries = 5\nmax_age = \"48h\"\n"})
+	for i := range 9 {
+		ptCLI(t, n, "grant", "create", "--name", fmt.Sprintf("g%d", i), "--scope", "agent")
+	}
+	if es := auditEntries(t, n); len(es) > 6 {
+		t.Fatalf("%d entries kept with max_entries 5 (one more may wait for the next prune)", len(es))
+	}
+	n.Stop()
+	n = apptest.StartNode(t, apptest.Options{Name: "small", StateDir: dir})
+	es := auditEntries(t, n)
+	if len(es) != 5 || es[4].Peer != "g8" || es[0].Peer != "g4" {
+		t.Fatalf("after a restart: %d entries %+v, want g4..g8", len(es), es)
+	}
+	out := ptCLI(t, n, "audit", "verify").Stdout
+	if !strings.Contains(out, "5 entries, chain intact (from entry 5: older entries were pruned") {
+		t.Fatalf("verify after pruning: %q", out)
+	}
+
+	bad := t.TempDir()
+	os.WriteFile(filepath.Join(bad, "config.toml"), []byte("[audit]\nmax_age = \"0s\"\n"), 0o600)
+	if r := apptest.RunCLI(t, nil, "serve", "--state-dir", bad, "--keychain", "file"); r.Code == 0 || !strings.Contains(r.Stderr, "audit.max_entries and audit.max_age must be positive") {
+		t.Fatalf("max_age 0: exit %d %s", r.Code, r.Stderr)
+	}
+}
