@@ -20,7 +20,7 @@ func TestAuditLANSwitch(t *testing.T) {
 	on, off := true, false
 	n.MustAPI(http.MethodPost, "/config", app.ConfigUpdate{LAN: &on, Where: app.WhereTray}, nil)
 	n.MustAPI(http.MethodPost, "/config", app.ConfigUpdate{LAN: &on, Where: app.WhereTray}, nil) // no change: no entry
-	n.MustAPI(http.MethodPost, "/config", app.ConfigUpdate{LAN: &off}, nil)                       // no where: the CLI
+	n.MustAPI(http.MethodPost, "/config", app.ConfigUpdate{LAN: &off}, nil)                      // no where: the CLI
 	var api *app.APIError
 	if err := n.API(http.MethodPost, "/config", app.ConfigUpdate{LAN: &on, Where: "policy"}, nil); !errors.As(err, &api) || api.Status != http.StatusBadRequest {
 		t.Fatalf("where policy from a client: %v, want 400", err)
