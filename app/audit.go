@@ -54,6 +54,69 @@ type AuditEntry struct {
 	Hash       string    `json:"hash"`
 }
 
+// The columns people read (meshtray audit, the Activity window). The text
+// is as recorded: escape it for the surface (textsafe) before showing it.
+
+// Who is who acted: the caller of a run or the requester of an approval;
+// who decided a change.
+func (e AuditEntry) Who() string {
+	switch store.Kind(e.Kind) {
+	case store.KindCapability, store.KindApproval:
+		if e.Peer != "" {
+			return e.Peer
+		}
+	}
+	if e.DecidedBy != "" {
+		return e.DecidedBy
+	}
+	if e.Peer != "" {
+		return e.Peer
+	}
+	return "-"
+}
+
+// What is what happened: the subject, the grant or device it was about,
+// the parameters or details.
+func (e AuditEntry) What() string {
+	parts := []string{e.Subject}
+	switch store.Kind(e.Kind) {
+	case store.KindGrant, store.KindPairing:
+		if e.Peer != "" {
+			parts = append(parts, strconv.Quote(e.Peer))
+		}
+		if e.GrantID != "" {
+			parts = append(parts, e.GrantID)
+		}
+	}
+	if e.Params != "" {
+		parts = append(parts, e.Params)
+	}
+	if store.Kind(e.Kind) == store.KindApproval && e.DecidedBy != "" {
+		parts = append(parts, "by "+e.DecidedBy)
+	}
+	return strings.Join(parts, " ")
+}
+
+// ResultText is the result, with a capability run's duration.
+func (e AuditEntry) ResultText() string {
+	if store.Kind(e.Kind) == store.KindCapability && e.DurationMS > 0 {
+		return e.Result + " " + time.Duration(e.DurationMS*float64(time.Millisecond)).Round(time.Microsecond).String()
+	}
+	return e.Result
+}
+
+// Where is where it was decided (tray, cli, phone, policy, timeout), else
+// the listener a request came on.
+func (e AuditEntry) Where() string {
+	if e.DecidedVia != "" {
+		return e.DecidedVia
+	}
+	if e.Via != "" {
+		return e.Via
+	}
+	return "-"
+}
+
 func auditView(e store.Entry) AuditEntry {
 	return AuditEntry{
 		Seq: e.Seq, Time: e.Time, Kind: string(e.Kind), GrantID: e.GrantID, Peer: e.Peer, Via: e.Via,

@@ -191,62 +191,7 @@ func (p *auditPrinter) print(e app.AuditEntry) {
 		p.header = true
 	}
 	fmt.Fprintf(p.w, auditRow, e.Time.Local().Format("2006-01-02 15:04:05"), e.Kind,
-		oneLine(auditWho(e), 20), oneLine(auditWhat(e), 56), oneLine(auditResult(e), 22), oneLine(auditWhere(e), 16))
-}
-
-// auditWho is who acted: the caller of a run or the requester of an
-// approval; who decided a change.
-func auditWho(e app.AuditEntry) string {
-	switch e.Kind {
-	case "capability", "approval":
-		if e.Peer != "" {
-			return e.Peer
-		}
-	}
-	if e.DecidedBy != "" {
-		return e.DecidedBy
-	}
-	if e.Peer != "" {
-		return e.Peer
-	}
-	return "-"
-}
-
-func auditWhat(e app.AuditEntry) string {
-	parts := []string{e.Subject}
-	switch e.Kind {
-	case "grant", "pairing":
-		if e.Peer != "" {
-			parts = append(parts, strconv.Quote(e.Peer))
-		}
-		if e.GrantID != "" {
-			parts = append(parts, e.GrantID)
-		}
-	}
-	if e.Params != "" {
-		parts = append(parts, e.Params)
-	}
-	if e.Kind == "approval" && e.DecidedBy != "" {
-		parts = append(parts, "by "+e.DecidedBy)
-	}
-	return strings.Join(parts, " ")
-}
-
-func auditResult(e app.AuditEntry) string {
-	if e.Kind == "capability" && e.DurationMS > 0 {
-		return fmt.Sprintf("%s %s", e.Result, time.Duration(e.DurationMS*float64(time.Millisecond)).Round(time.Microsecond))
-	}
-	return e.Result
-}
-
-func auditWhere(e app.AuditEntry) string {
-	if e.DecidedVia != "" {
-		return e.DecidedVia
-	}
-	if e.Via != "" {
-		return e.Via
-	}
-	return "-"
+		oneLine(e.Who(), 20), oneLine(e.What(), 56), oneLine(e.ResultText(), 22), oneLine(e.Where(), 16))
 }
 
 // parseSince reads --since: a duration back from now (Go's form, plus a
