@@ -441,9 +441,11 @@ func (n *Node) onTrustChange(c pairing.Change) {
 		switch where, ok := n.ownerWhere(changeKey(c.Op, c.GrantID)); {
 		case ok && ownerIssue:
 			e.DecidedBy, e.DecidedVia = "owner", where
-		case c.Op == pairing.ChangeIssued:
-			e.DecidedBy = "owner" // a pairing the owner approved or joined
-		case c.Cause != "":
+		case c.Op == pairing.ChangeIssued, c.Cause == "":
+			// A pairing the owner approved or joined; a change only the
+			// owner makes (an "always allow" given in an approval).
+			e.DecidedBy = "owner"
+		default:
 			e.DecidedBy = "node" // the node's own consequence (a re-pairing, a token never collected)
 		}
 	} else {

@@ -90,3 +90,52 @@ func TestObserveChanges(t *testing.T) {
 		t.Errorf("held change %+v", got[11])
 	}
 }
+
+// TestObservePairingOutcomes: a Pairer over observed grants tells of a
+// request that expired undecided, one denied, and the grant of an approval
+// whose token nobody collected, revoked saying so.
+func TestObservePairingOutcomes(t *testing.T) {
+	t.Parallel()
+	f := newPairerFixture(t)
+	var mu sync.Mutex
+	var got []Change
+	f.g.Observe(func(c Change) { mu.Lock(); got = append(got, c); mu.Unlock() })
+	ops := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, c := range got {
+			out = append(out, string(c.Op)+":"+c.Name+":"+c.Cause)
+		}
+		return out
+	}
+
+	f.claim(t)
+	f.clock.Advance(DefaultRequestTTL)
+	f.p.Pending() // sweeps
+	denied := f.claim(t)
+	if _, err := f.p.Decide(denied.RequestID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	approved := f.claim(t)
+	gr, err := f.p.Decide(approved.RequestID, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(DefaultRequestTTL)
+	f.p.revokeOrphans(false)
+	want := []string{
+		"expired:" + claimFor("").Name + ":undecided",
+		"denied:" + claimFor("").Name + ":",
+		"issued:" + claimFor("").Name + ":valid once the device collects its token",
+		"revoked:" + claimFor("").Name + ":its token was never collected",
+	}
+	if g := ops(); strings.Join(g, "|") != strings.Join(want, "|") {
+		t.Fatalf("changes\n got %q\nwant %q", g, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got[3].GrantID != gr.ID || got[2].GrantID != gr.ID {
+		t.Errorf("issue/revoke changes %+v %+v, want grant %s", got[2], got[3], gr.ID)
+	}
+}
