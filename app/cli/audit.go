@@ -50,7 +50,7 @@ with --json it prints one JSON object a line (NDJSON).
 How long entries are kept: [audit] max_entries (100000) and max_age
 (365 days) in config.toml.`,
 		Example: `  meshtray audit --since 24h
-  meshtray audit --grant g_4f2a... --json
+  meshtray audit --grant 4d9a5aa93be23a07 --json
   meshtray audit --kind capability --follow
   meshtray audit verify`,
 		Args: noArgs,
