@@ -87,7 +87,12 @@ type Client struct {
 	hc    *http.Client
 	// StateDir is where the node was found, for messages.
 	StateDir string
-	socket   string // control socket path; "" = the loopback port
+	// Where this client's owner acts from (store.WhereCLI, WhereTray,
+	// WherePhone): sent as the where of the A2A and LAN switches and of
+	// grant changes that name none, for the audit trail. Set it before
+	// the first request.
+	Where  string
+	socket string // control socket path; "" = the loopback port
 }
 
 // Dial finds the node running on stateDir. The node must really run: its

@@ -38,7 +38,7 @@ func (c *Client) A2AStatus(ctx context.Context) (A2AStatus, error) {
 // SetA2A is POST /a2a/status {enabled}: publish or withdraw the Agent Card.
 func (c *Client) SetA2A(ctx context.Context, enabled bool) (A2AStatus, error) {
 	var st A2AStatus
-	return st, c.Do(ctx, http.MethodPost, "/a2a/status", map[string]bool{"enabled": enabled}, &st)
+	return st, c.Do(ctx, http.MethodPost, "/a2a/status", A2AUpdate{Enabled: &enabled, Where: c.Where}, &st)
 }
 
 // Config is GET /config: the runtime settings.
@@ -50,6 +50,9 @@ func (c *Client) Config(ctx context.Context) (Settings, error) {
 // UpdateConfig is POST /config (owner only): LAN reachability and
 // capability policies; it returns the settings as now kept.
 func (c *Client) UpdateConfig(ctx context.Context, u ConfigUpdate) (Settings, error) {
+	if u.Where == "" {
+		u.Where = c.Where
+	}
 	var st Settings
 	return st, c.Do(ctx, http.MethodPost, "/config", u, &st)
 }
@@ -74,6 +77,9 @@ func (c *Client) Devices(ctx context.Context) (Devices, error) {
 // CreateGrant is POST /nodes/devices (owner only): mint a grant; its token
 // is in the answer, once.
 func (c *Client) CreateGrant(ctx context.Context, req GrantRequest) (GrantToken, error) {
+	if req.Where == "" {
+		req.Where = c.Where
+	}
 	var tok GrantToken
 	return tok, c.Do(ctx, http.MethodPost, "/nodes/devices", req, &tok)
 }
@@ -82,6 +88,9 @@ func (c *Client) CreateGrant(ctx context.Context, req GrantRequest) (GrantToken,
 // revoke or rotate a grant, or set its approval policy. Only rotate
 // answers a token.
 func (c *Client) UpdateGrant(ctx context.Context, id string, u GrantUpdate) (GrantToken, error) {
+	if u.Where == "" {
+		u.Where = c.Where
+	}
 	var tok GrantToken
 	return tok, c.Do(ctx, http.MethodPost, "/nodes/devices/"+url.PathEscape(id), u, &tok)
 }
@@ -262,6 +271,27 @@ func (c *Client) SetForwardToken(ctx context.Context, token string) error {
 // ClearForwardToken is DELETE /a2a/forward (owner only).
 func (c *Client) ClearForwardToken(ctx context.Context) error {
 	return c.Do(ctx, http.MethodDelete, "/a2a/forward", nil, nil)
+}
+
+// AuditEntries is GET /audit (owner only): the audit entries q selects,
+// oldest first.
+func (c *Client) AuditEntries(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+	var es []AuditEntry
+	return es, c.Do(ctx, http.MethodGet, "/audit"+q.values(), nil, &es)
+}
+
+// FollowAudit is GET /audit/follow (owner only): the entries q selects,
+// then each new one as it is written, as an NDJSON stream until ctx ends
+// or the node stops (io.EOF from Next).
+func (c *Client) FollowAudit(ctx context.Context, q AuditQuery) (*Stream[AuditEntry], error) {
+	return openStream[AuditEntry](ctx, c, http.MethodGet, "/audit/follow"+q.values(), nil)
+}
+
+// VerifyAudit is GET /audit/verify (owner only): the audit trail's hash
+// chain recomputed; OK false names the first broken entry.
+func (c *Client) VerifyAudit(ctx context.Context) (AuditVerify, error) {
+	var v AuditVerify
+	return v, c.Do(ctx, http.MethodGet, "/audit/verify", nil, &v)
 }
 
 // Events streams change notices from GET /events (server-sent events)

@@ -12,6 +12,8 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+
+	"meshtray/store"
 )
 
 // DefaultPort is the TCP port of the node's HTTP surfaces (DESIGN.md).
@@ -50,6 +52,7 @@ type Config struct {
 	A2A   A2AConfig   `toml:"a2a" json:"a2a"`
 	Nodes NodesConfig `toml:"nodes" json:"nodes"`
 	Files FilesConfig `toml:"files" json:"files"`
+	Audit AuditConfig `toml:"audit" json:"audit"`
 
 	// ResetDatabase moves an unreadable database aside (kept as
 	// meshtray.db.corrupt-<time>) and starts with an empty one; only from
@@ -70,6 +73,15 @@ type A2AConfig struct {
 	MaxTasks        int           `toml:"max_tasks" json:"max_tasks"`                   // task store bound (default 512)
 	MaxLivePerGrant int           `toml:"max_live_per_grant" json:"max_live_per_grant"` // running tasks per grant (default 16; tasks waiting for their caller are bounded apart)
 	Forward         ForwardConfig `toml:"forward" json:"forward"`
+}
+
+// AuditConfig bounds the audit trail (the [audit] table): entries beyond
+// MaxEntries, and entries older than MaxAge, are pruned at start, every
+// AuditPruneEvery, and as entries are appended; the chain stays verifiable
+// from the newest pruned entry (store.PruneAudit).
+type AuditConfig struct {
+	MaxEntries int      `toml:"max_entries" json:"max_entries"` // default 100000 (store.DefaultAuditMaxEntries)
+	MaxAge     Duration `toml:"max_age" json:"max_age"`         // default 8760h: 365 days (store.DefaultAuditMaxAge)
 }
 
 // ForwardConfig relays approved incoming tasks to another A2A agent.
@@ -96,6 +108,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("tailscale", c.TailscaleEnabled()),
 		slog.Any("forward", c.A2A.Forward),
 		slog.Int("run_rules", len(c.Nodes.Run)),
+		slog.Int("audit_max_entries", c.Audit.MaxEntries),
+		slog.Duration("audit_max_age", c.Audit.MaxAge.Duration),
 	)
 }
 
@@ -222,6 +236,7 @@ func Defaults() Config {
 		LogLevel:        "info",
 		ApprovalTimeout: Duration{120 * time.Second},
 		A2A:             A2AConfig{MaxTasks: 512, MaxLivePerGrant: 16},
+		Audit:           AuditConfig{MaxEntries: store.DefaultAuditMaxEntries, MaxAge: Duration{store.DefaultAuditMaxAge}},
 	}
 }
 
@@ -314,6 +329,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Files.Dir != "" && !filepath.IsAbs(c.Files.Dir) {
 		errs = append(errs, fmt.Errorf("files.dir %q must be an absolute path", c.Files.Dir))
+	}
+	if c.Audit.MaxEntries <= 0 || c.Audit.MaxAge.Duration <= 0 {
+		errs = append(errs, errors.New("audit.max_entries and audit.max_age must be positive"))
 	}
 	for i, r := range c.Nodes.Run {
 		if r.Name == "" {

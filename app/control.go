@@ -33,9 +33,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		jsonout.Write(w, http.StatusOK, n.A2AStatus())
 	})
 	local("POST /a2a/status", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Enabled *bool `json:"enabled"`
-		}
+		var req A2AUpdate
 		if !readJSON(w, r, &req) {
 			return
 		}
@@ -43,7 +41,12 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, errors.New(`body must be {"enabled": true|false}`))
 			return
 		}
-		st, err := n.SetA2A(*req.Enabled)
+		who, err := actorOf(r, req.Where)
+		if err != nil {
+			writeError(w, statusFor(err), err)
+			return
+		}
+		st, err := n.setA2A(*req.Enabled, who)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err)
 			return
@@ -154,6 +157,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /events", n.serveEvents)
+	n.auditRoutes(mux)
 	n.delegationRoutes(mux)
 	n.uiRoutes(mux)
 }

@@ -20,8 +20,10 @@ import (
 func openDatabase(cfg Config, log *slog.Logger) (*store.Store, error) {
 	path := filepath.Join(cfg.StateDir, store.DefaultFile)
 	opts := store.Options{
-		MaxTasks: cfg.A2A.MaxTasks,
-		Logger:   log.With("pkg", "store"),
+		MaxTasks:        cfg.A2A.MaxTasks,
+		AuditMaxEntries: cfg.Audit.MaxEntries,
+		AuditMaxAge:     cfg.Audit.MaxAge.Duration,
+		Logger:          log.With("pkg", "store"),
 	}
 	db, err := store.Open(path, opts)
 	var ce *store.CorruptError

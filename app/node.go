@@ -47,6 +47,7 @@ type Node struct {
 	// Set by Start; read-only afterwards.
 	lock         *StateLock
 	db           *store.Store // tasks, approvals, outbound, manual peers, the audit trail
+	ownerAct     ownerChange  // the owner's grant action under way, for its audit entry (audit.go)
 	settings     *settingsStore
 	ks           keychain.Store
 	identity     *pairing.Identity
@@ -178,6 +179,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.db, err = openDatabase(cfg, n.log); err != nil {
 		return err
 	}
+	n.pruneAudit(n.ctx)
 	// The approvals an earlier run left, before the engine asks again.
 	pairRows, err := n.approvals.restore(n.ctx, n.db, n.log.With("pkg", "approvals"), n.taskWaiting)
 	if err != nil {
@@ -215,6 +217,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.grants, err = pairing.NewGrants(n.ks, n.log.With("pkg", "pairing")); err != nil {
 		return fmt.Errorf("grants: %w", err)
 	}
+	n.grants.Observe(n.onTrustChange)
 	settings := n.settings.Get()
 
 	info, herr := host.Info()
@@ -229,6 +232,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		RunAllow: runRules(cfg.Nodes.Run),
 		Policies: settings.CapabilityPolicies,
 		Approver: capabilityApprover{n},
+		OnRun:    n.onCapabilityRun,
 		Logger:   n.log.With("pkg", "nodes"),
 	})
 	exec, err := n.startDelegation()
@@ -359,6 +363,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.goLoop(n.watchDiscovery)
 	n.goLoop(func(ctx context.Context) { n.watchGrants(ctx, grantChanges, activeGrants) })
 	n.goLoop(n.watchPairing)
+	n.goLoop(n.pruneAuditLoop)
 	n.log.Info("meshtray node started",
 		"name", cfg.Name, "os", n.osEnv, "device", n.identity.ID.Short(),
 		"url", n.loopback, "a2a", settings.A2AEnabled, "lan", settings.LAN,
@@ -720,9 +725,16 @@ func (n *Node) A2AStatus() A2AStatus {
 }
 
 // SetA2A publishes or withdraws the Agent Card; the choice survives restarts.
-func (n *Node) SetA2A(on bool) (A2AStatus, error) {
+func (n *Node) SetA2A(on bool) (A2AStatus, error) { return n.setA2A(on, actor{by: "owner"}) }
+
+// setA2A is SetA2A by a (recorded in the audit trail when it changes).
+func (n *Node) setA2A(on bool, a actor) (A2AStatus, error) {
+	was := n.settings.Get().A2AEnabled
 	if _, err := n.settings.Update(func(s *Settings) { s.A2AEnabled = on }); err != nil {
 		return n.A2AStatus(), err
+	}
+	if was != on {
+		n.auditSwitch(store.KindA2A, on, a)
 	}
 	n.agent.SetPublished(on)
 	n.disc.SelfChanged() // the a2a TXT flag
@@ -737,6 +749,11 @@ func (n *Node) Settings() Settings { return n.settings.Get() }
 // UpdateSettings applies a POST /config: LAN reachability and capability
 // policies.
 func (n *Node) UpdateSettings(u ConfigUpdate) (Settings, error) {
+	where, err := checkWhere(u.Where)
+	if err != nil {
+		return n.settings.Get(), err
+	}
+	wasLAN := n.settings.Get().LAN
 	for name, p := range u.CapabilityPolicies {
 		if !p.Valid() {
 			return n.settings.Get(), badRequest("capability %q: approval %q: want ask, allow or deny", name, p)
@@ -758,6 +775,9 @@ func (n *Node) UpdateSettings(u ConfigUpdate) (Settings, error) {
 	})
 	if err != nil {
 		return st, err
+	}
+	if u.LAN != nil && *u.LAN != wasLAN {
+		n.auditSwitch(store.KindLAN, *u.LAN, actor{by: "owner", where: where})
 	}
 	if u.LAN != nil {
 		n.disc.SetLAN(*u.LAN)
@@ -789,7 +809,16 @@ func (n *Node) CreateGrant(req GrantRequest) (GrantToken, error) {
 			return GrantToken{}, badRequest("%v", err)
 		}
 	}
-	g, tok, err := n.grants.Issue(pairing.IssueRequest{Name: req.Name, Scopes: sc, Policy: req.Approval})
+	where, err := checkWhere(req.Where)
+	if err != nil {
+		return GrantToken{}, err
+	}
+	var g pairing.Grant
+	var tok string
+	err = n.asOwner(changeKey(pairing.ChangeIssued, ""), where, func() (err error) {
+		g, tok, err = n.grants.Issue(pairing.IssueRequest{Name: req.Name, Scopes: sc, Policy: req.Approval})
+		return err
+	})
 	if err != nil {
 		return GrantToken{}, err
 	}
@@ -819,12 +848,37 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 	if (u.Action == "") == (u.Approval == "") {
 		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate) or "approval" (ask, allow, deny)`)
 	}
+	where, err := checkWhere(u.Where)
+	if err != nil {
+		return GrantToken{}, err
+	}
 	if u.Approval != "" {
 		if _, err := pairing.ParsePolicy(string(u.Approval)); err != nil {
 			return GrantToken{}, badRequest("%v", err)
 		}
-		return GrantToken{}, n.grants.SetPolicy(id, u.Approval)
+		return GrantToken{}, n.asOwner(changeKey(pairing.ChangePolicy, id), where, func() error {
+			return n.grants.SetPolicy(id, u.Approval)
+		})
 	}
+	if op, ok := grantActionOps[u.Action]; ok {
+		var tok GrantToken
+		err = n.asOwner(changeKey(op, id), where, func() (err error) {
+			tok, err = n.updateGrant(id, u)
+			return err
+		})
+		return tok, err
+	}
+	return n.updateGrant(id, u)
+}
+
+// grantActionOps are the changes of trust the grant actions make.
+var grantActionOps = map[string]pairing.ChangeOp{
+	ActionPause: pairing.ChangePaused, ActionResume: pairing.ChangeResumed,
+	ActionRevoke: pairing.ChangeRevoked, ActionRotate: pairing.ChangeRotated,
+}
+
+// updateGrant runs the action of u on grant id.
+func (n *Node) updateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 	switch u.Action {
 	case ActionPause:
 		if err = n.grants.Pause(id); err == nil || !errors.Is(err, pairing.ErrNoGrant) {

@@ -36,12 +36,13 @@ const (
 	UIPeer      UIWindow = "peer"      // one peer (Arg = its device ID): its manifest
 	UIManifest  UIWindow = "manifest"  // this node's capabilities and their policies
 	UIQuestions UIWindow = "questions" // delegated tasks waiting for the owner's answer
+	UIActivity  UIWindow = "activity"  // the audit trail: latest entries, by device
 )
 
 // Valid reports whether w is a known window.
 func (w UIWindow) Valid() bool {
 	switch w {
-	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest, UIQuestions:
+	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest, UIQuestions, UIActivity:
 		return true
 	}
 	return false
@@ -109,7 +110,7 @@ func (n *Node) uiRoutes(mux *http.ServeMux) {
 			return
 		}
 		if !req.Window.Valid() {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer, manifest or questions", req.Window))
+			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer, manifest, questions or activity", req.Window))
 			return
 		}
 		if len(req.Arg) > maxUIArg || (req.Window == UIPeer) != (req.Arg != "") {

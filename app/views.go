@@ -55,6 +55,9 @@ type GrantRequest struct {
 	Name     string         `json:"name"`
 	Scopes   pairing.Scopes `json:"scopes"`
 	Approval pairing.Policy `json:"approval,omitempty"`
+	// Where the owner asks from (store.WhereCLI, WhereTray, WherePhone),
+	// for the audit trail; "" is the CLI. Client fills it in.
+	Where string `json:"where,omitempty"`
 }
 
 // GrantToken is the answer to a grant creation or rotation: the token is
@@ -68,6 +71,7 @@ type GrantToken struct {
 type GrantUpdate struct {
 	Action   string         `json:"action,omitempty"` // pause | resume | revoke | rotate
 	Approval pairing.Policy `json:"approval,omitempty"`
+	Where    string         `json:"where,omitempty"` // as GrantRequest.Where
 }
 
 // Grant actions.
@@ -95,8 +99,15 @@ type Devices struct {
 	Held   []HeldView      `json:"held"`
 }
 
-// LANRequest is the body of POST /config.
+// A2AUpdate is the body of POST /a2a/status.
+type A2AUpdate struct {
+	Enabled *bool  `json:"enabled"`
+	Where   string `json:"where,omitempty"` // as GrantRequest.Where
+}
+
+// ConfigUpdate is the body of POST /config.
 type ConfigUpdate struct {
 	LAN                *bool                     `json:"lan,omitempty"`
 	CapabilityPolicies map[string]pairing.Policy `json:"capability_policies,omitempty"`
+	Where              string                    `json:"where,omitempty"` // as GrantRequest.Where
 }

@@ -69,6 +69,14 @@ func clipboardWriteCapability(c *clipboard) *capability {
 			Effects: EffectWrite,
 		},
 		available: c.available,
+		// The text may be a password: the record says how much was written.
+		auditParams: func(raw json.RawMessage) string {
+			var p ClipboardWrite
+			if json.Unmarshal(raw, &p) != nil {
+				return AuditParams(raw)
+			}
+			return fmt.Sprintf(`{"text":"(%d bytes)"}`, len(p.Text))
+		},
 		run: func(ctx context.Context, _ Call, raw json.RawMessage) (Result, error) {
 			var p ClipboardWrite
 			if err := json.Unmarshal(raw, &p); err != nil {

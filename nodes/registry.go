@@ -71,6 +71,11 @@ type Options struct {
 	// Logger receives debug records of calls (name, caller, outcome, never
 	// parameters or results); nil discards.
 	Logger *slog.Logger
+	// OnRun, when set, is called once per Invoke, after it ended, with what
+	// ran (the audit trail's record of a capability run). It runs on
+	// Invoke's goroutine before Invoke returns: it must not call back into
+	// the Registry's Invoke.
+	OnRun func(RunRecord)
 
 	// sysfsPowerSupply overrides /sys/class/power_supply (tests).
 	sysfsPowerSupply string
@@ -82,6 +87,7 @@ type Options struct {
 type Registry struct {
 	device   Device
 	approver Approver
+	onRun    func(RunRecord)
 	log      *slog.Logger
 	caps     []*capability // manifest order; immutable after New
 	byName   map[string]*capability
@@ -99,6 +105,10 @@ type capability struct {
 	available func() (bool, string)
 	// run does the work; params were validated against schema.
 	run func(ctx context.Context, call Call, params json.RawMessage) (Result, error)
+	// auditParams, when set, is the RunRecord.Params of a call (for
+	// parameters whose content is not for a record, e.g. clipboard text);
+	// nil means the compact JSON of the params (AuditParams).
+	auditParams func(params json.RawMessage) string
 }
 
 // New builds the registry of built-in capabilities. It gathers what never
@@ -136,6 +146,7 @@ func New(o Options) *Registry {
 	r := &Registry{
 		device:   dev,
 		approver: o.Approver,
+		onRun:    o.OnRun,
 		log:      log,
 		byName:   make(map[string]*capability),
 		policies: make(map[string]pairing.Policy),
@@ -299,9 +310,93 @@ func (c *capability) validate(params json.RawMessage) (json.RawMessage, error) {
 func (r *Registry) Invoke(ctx context.Context, call Call) (Result, error) {
 	start := time.Now()
 	res, err := r.invoke(ctx, call)
+	dur := time.Since(start)
 	r.log.Debug("capability call", "capability", call.Capability, "caller", callerName(call.Caller),
-		"approved", call.Approved, "dur", time.Since(start), "err", err)
+		"approved", call.Approved, "dur", dur, "err", err)
+	if r.onRun != nil {
+		r.onRun(RunRecord{
+			Capability: BoundSummary(call.Capability),
+			Params:     r.auditParams(call),
+			Caller:     call.Caller,
+			State:      RunStateOf(err),
+			Err:        err,
+			Duration:   dur,
+		})
+	}
 	return res, err
+}
+
+// RunRecord is one capability call as the audit trail records it
+// (Options.OnRun). It carries no result data.
+type RunRecord struct {
+	Capability string // the capability name asked for (escaped, bounded)
+	// Params is a one-line parameter summary (AuditParams): compact JSON
+	// bounded to MaxSummaryRunes, with content not fit for a record (the
+	// text written to the clipboard) replaced by its size.
+	Params   string
+	Caller   *pairing.Principal // nil: the local owner
+	State    RunState
+	Err      error // nil when State is RunCompleted
+	Duration time.Duration
+}
+
+// RunState is how a capability call ended.
+type RunState string
+
+// Run states (RunStateOf).
+const (
+	RunCompleted   RunState = "completed"
+	RunFailed      RunState = "failed"
+	RunDenied      RunState = "denied"      // ErrDenied: policy deny or the owner refused
+	RunInvalid     RunState = "invalid"     // *ParamError or ErrUnknownCapability
+	RunUnavailable RunState = "unavailable" // ErrUnavailable
+	RunTimedOut    RunState = "timed-out"   // ErrTimeout
+	RunCanceled    RunState = "canceled"    // the caller's context ended
+)
+
+// RunStateOf maps Invoke's error to its RunState.
+func RunStateOf(err error) RunState {
+	var pe *ParamError
+	switch {
+	case err == nil:
+		return RunCompleted
+	case errors.Is(err, ErrDenied):
+		return RunDenied
+	case errors.As(err, &pe), errors.Is(err, ErrUnknownCapability):
+		return RunInvalid
+	case errors.Is(err, ErrUnavailable):
+		return RunUnavailable
+	case errors.Is(err, ErrTimeout):
+		return RunTimedOut
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return RunCanceled
+	}
+	return RunFailed
+}
+
+// auditParams is RunRecord.Params of call.
+func (r *Registry) auditParams(call Call) string {
+	if c, ok := r.byName[call.Capability]; ok && c.auditParams != nil {
+		return BoundSummary(c.auditParams(call.Params))
+	}
+	return AuditParams(call.Params)
+}
+
+// AuditParams is the default parameter summary of a run: the params'
+// compact JSON through BoundSummary, "" for none ({} or null), and
+// "(not JSON, N bytes)" for params that do not parse.
+func AuditParams(params json.RawMessage) string {
+	if len(params) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, params); err != nil {
+		return fmt.Sprintf("(not JSON, %d bytes)", len(params))
+	}
+	if s := b.String(); s == "{}" || s == "null" {
+		return ""
+	}
+	return BoundSummary(b.String())
 }
 
 func (r *Registry) invoke(ctx context.Context, call Call) (Result, error) {

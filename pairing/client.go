@@ -322,7 +322,7 @@ func Join(ctx context.Context, o JoinOptions) (JoinResult, error) {
 		Token: token, URL: o.SelfURL, FP: o.Identity.Fingerprint, Name: o.Name, OS: o.OS, Scopes: gr.Scopes,
 	}, nil)
 	if err != nil {
-		if rerr := o.Grants.Revoke(gr.ID); rerr != nil {
+		if rerr := o.Grants.revoke(gr.ID, "the device did not take it"); rerr != nil {
 			log.Warn("cannot revoke the grant the peer did not take", "grant", gr, "err", rerr)
 		}
 		return res, fmt.Errorf("pairing: paired one way only: %s did not take our grant: %w", issuer.Name, err)

@@ -149,7 +149,8 @@ type Grants struct {
 	mu   sync.RWMutex
 	held map[string]Held // by canonical peer device ID; guarded by mu
 
-	changes notifier
+	changes  notifier
+	observer atomic.Pointer[func(Change)] // Observe
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -278,6 +279,11 @@ func (g *Grants) Issue(req IssueRequest) (Grant, string, error) {
 	g.setLocked(e)
 	g.notify()
 	g.log.Info("grant issued", "grant", gr)
+	cause := ""
+	if gr.Uncollected {
+		cause = "valid once the device collects its token"
+	}
+	g.emit(grantChange(ChangeIssued, gr, cause))
 	return gr, token, nil
 }
 
@@ -469,6 +475,14 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 		return nil
 	}
 	restrictive := restrictiveFn(old.grant, ne.grant)
+	op := ChangePolicy
+	switch {
+	case ne.grant.Status == old.grant.Status:
+	case ne.grant.Status == StatusPaused:
+		op = ChangePaused
+	default:
+		op = ChangeResumed
+	}
 	if restrictive {
 		g.setLocked(ne)
 		g.notify()
@@ -476,6 +490,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 	if err := g.saveLocked(ne); err != nil {
 		if restrictive {
 			g.log.Error("grant change applied in memory but not saved; it will be undone by a restart", "grant", ne.grant, "err", err)
+			g.emit(grantChange(op, ne.grant, "in effect until a restart: the keychain write failed"))
 		}
 		return err
 	}
@@ -484,6 +499,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 		g.notify()
 	}
 	g.log.Info("grant changed", "grant", ne.grant, "policy", ne.grant.Policy)
+	g.emit(grantChange(op, ne.grant, ""))
 	return nil
 }
 
@@ -511,6 +527,7 @@ func (g *Grants) Collected(id string) error {
 	}
 	g.setLocked(ne)
 	g.notify()
+	g.emit(grantChange(ChangePaired, ne.grant, ""))
 	return nil
 }
 
@@ -544,7 +561,11 @@ func (g *Grants) deleteLocked(id string) *grantEntry {
 // Revoke deletes the grant: its token is refused (ErrUnknownToken) from
 // this call on, even when the keychain delete then fails (the error is
 // returned and the grant would come back after a restart).
-func (g *Grants) Revoke(id string) error {
+func (g *Grants) Revoke(id string) error { return g.revoke(id, "") }
+
+// revoke is Revoke, telling the observer why (cause; "" for the owner's
+// own revocation).
+func (g *Grants) revoke(id, cause string) error {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -557,9 +578,11 @@ func (g *Grants) Revoke(id string) error {
 	g.notify()
 	if err := g.ks.Delete(grantKeyPrefix + id); err != nil && !errors.Is(err, keychain.ErrNotFound) {
 		g.log.Error("grant revoked in memory but not deleted from the keychain", "grant", e.grant, "err", err)
+		g.emit(grantChange(ChangeRevoked, e.grant, joinCause(cause, "in effect until a restart: the keychain delete failed")))
 		return fmt.Errorf("pairing: delete grant %s: %w", id, err)
 	}
 	g.log.Info("grant revoked", "grant", e.grant)
+	g.emit(grantChange(ChangeRevoked, e.grant, cause))
 	return nil
 }
 
@@ -575,7 +598,7 @@ func (g *Grants) RevokeOlder(peerID, keep string) ([]Grant, error) {
 		if old.ID == keep {
 			continue
 		}
-		switch err := g.Revoke(old.ID); {
+		switch err := g.revoke(old.ID, "replaced by a new pairing of the device"); {
 		case err == nil:
 			revoked = append(revoked, old)
 		case !errors.Is(err, ErrNoGrant):
@@ -607,6 +630,7 @@ func (g *Grants) Rotate(id string) (string, error) {
 	g.setLocked(ne)
 	g.notify()
 	g.log.Info("grant token rotated", "grant", ne.grant)
+	g.emit(grantChange(ChangeRotated, ne.grant, ""))
 	return token, nil
 }
 
@@ -623,7 +647,10 @@ func (g *Grants) notify() { g.changes.notify() }
 // same peer. PeerID and Fingerprint must name the same certificate (a
 // device ID is the SHA-256 of its certificate), Token must be a grant token,
 // and URL https (CheckPeerURL).
-func (g *Grants) PutHeld(h Held) error {
+func (g *Grants) PutHeld(h Held) error { return g.putHeld(h, "") }
+
+// putHeld is PutHeld, telling the observer how the grant came (cause).
+func (g *Grants) putHeld(h Held, cause string) error {
 	h, err := checkHeld(h)
 	if err != nil {
 		return err
@@ -648,6 +675,7 @@ func (g *Grants) PutHeld(h Held) error {
 	g.mu.Unlock()
 	g.notify()
 	g.log.Info("held grant stored", "held", h)
+	g.emit(heldChange(ChangeHeld, h, cause))
 	return nil
 }
 
@@ -777,12 +805,12 @@ func (g *Grants) ListHeld() []Held {
 
 // DropHeld deletes the grant held from that peer; ErrNoHeld when none.
 func (g *Grants) DropHeld(peerID string) error {
-	return g.dropHeld(peerID, "")
+	return g.dropHeld(peerID, "", "")
 }
 
 // dropHeld deletes the held grant of peerID; when token is not empty, only
-// if the held token is still that one.
-func (g *Grants) dropHeld(peerID, token string) error {
+// if the held token is still that one. cause is told to the observer.
+func (g *Grants) dropHeld(peerID, token, cause string) error {
 	id, err := ParseDeviceID(peerID)
 	if err != nil {
 		return ErrNoHeld
@@ -806,6 +834,7 @@ func (g *Grants) dropHeld(peerID, token string) error {
 		return ErrNoHeld
 	}
 	g.notify()
+	g.emit(heldChange(ChangeHeldDropped, h, cause))
 	if err := g.ks.Delete(heldKeyPrefix + key); err != nil && !errors.Is(err, keychain.ErrNotFound) {
 		return fmt.Errorf("pairing: delete held grant: %w", err)
 	}
@@ -830,7 +859,7 @@ func (g *Grants) Refused(peerID, token string, resp *http.Response) (bool, error
 	if challengeParam(resp.Header.Get("WWW-Authenticate"), "error_description") == pausedDescription {
 		return false, nil
 	}
-	err := g.dropHeld(peerID, token)
+	err := g.dropHeld(peerID, token, "the device refused its token: it revoked the grant")
 	if errors.Is(err, ErrNoHeld) {
 		return false, nil
 	}

@@ -250,7 +250,7 @@ func (p *Pairer) ReciprocateHandler() http.Handler {
 		if h.Name == "" {
 			h.Name = pr.Grant.Name
 		}
-		if err := p.o.Grants.PutHeld(h); err != nil {
+		if err := p.o.Grants.putHeld(h, "offered by the device"); err != nil {
 			writeErr(w, err)
 			return
 		}

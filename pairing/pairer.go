@@ -786,6 +786,7 @@ func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
 		p.mu.Unlock()
 		p.changes.notify()
 		p.log.Info("pairing request denied", "request", req)
+		p.o.Grants.emit(requestChange(ChangeDenied, req, ""))
 		return Grant{}, nil
 	}
 	var err error
@@ -814,7 +815,7 @@ func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
 	if p.closed { // Close ran while we issued: nobody will collect the token
 		r.state = statePending
 		p.mu.Unlock()
-		p.o.Grants.Revoke(gr.ID)
+		p.o.Grants.revoke(gr.ID, "the node stopped before the device collected its token")
 		return Grant{}, ErrClosed
 	}
 	r.token, r.grantID, r.scopes = token, gr.ID, scopes
@@ -929,7 +930,7 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 			// revokes it at the next start).
 			if err := p.o.Grants.Collected(resp.GrantID); err != nil {
 				p.log.Warn("cannot activate a collected pairing grant; revoking it", "grant_id", resp.GrantID, "err", err)
-				p.o.Grants.Revoke(resp.GrantID)
+				p.o.Grants.revoke(resp.GrantID, "it could not be activated when the device collected its token")
 				return StatusResponse{}, err
 			}
 			p.log.Info("pairing token collected", "request", r.req, "grant_id", resp.GrantID)
@@ -958,6 +959,7 @@ func (p *Pairer) sweepLocked(now time.Time) {
 				r.finish(stateExpired, now.Add(p.o.RequestTTL))
 				changed = true
 				p.log.Info("pairing request expired undecided", "request", r.req)
+				p.o.Grants.emit(requestChange(ChangeExpired, r.req, "undecided"))
 			}
 		case stateApproved:
 			if !now.Before(r.collectBy) {
@@ -1011,7 +1013,7 @@ func (p *Pairer) revokeOrphans(all bool) {
 	}
 	p.mu.Unlock()
 	for _, id := range ids {
-		if err := p.o.Grants.Revoke(id); err != nil && !errors.Is(err, ErrNoGrant) {
+		if err := p.o.Grants.revoke(id, "its token was never collected"); err != nil && !errors.Is(err, ErrNoGrant) {
 			p.log.Warn("cannot revoke an uncollected grant", "grant_id", id, "err", err)
 		}
 	}

@@ -377,6 +377,8 @@ func (c *controller) handle(ctx context.Context, a action) {
 		err = c.ui.open(ctx, app.UIRequest{Window: app.UIApprovals})
 	case actManifest:
 		err = c.ui.open(ctx, app.UIRequest{Window: app.UIManifest})
+	case actActivity:
+		err = c.ui.open(ctx, app.UIRequest{Window: app.UIActivity})
 	case actQuestions:
 		err = c.ui.open(ctx, app.UIRequest{Window: app.UIQuestions})
 	case actAutostart:

@@ -391,7 +391,7 @@ func TestControllerQuestions(t *testing.T) {
 	// Answered: the task works again; the menu lets go of it.
 	ask("working", "")
 	waitUntil(t, "no question in the menu", func() bool { return lastModel().Questions == 0 })
-	if m := lastModel(); strings.Contains(m.StatusLine, "question") || m.Icon != iconNormal || len(m.items()) != 15 {
+	if m := lastModel(); strings.Contains(m.StatusLine, "question") || m.Icon != iconNormal || len(m.items()) != 16 {
 		t.Fatalf("menu after the answer: %q icon %d, %d items", m.StatusLine, m.Icon, len(m.items()))
 	}
 	if len(got()) != 2 {

@@ -29,6 +29,7 @@ const (
 	actApprovals
 	actManifest
 	actQuestions
+	actActivity
 	actAutostart
 	actOpenLogs
 	actQuit
@@ -191,6 +192,7 @@ const (
 	labelPair      = "Pair a device…"
 	labelDevices   = "Devices…"
 	labelManifest  = "Node manifest…"
+	labelActivity  = "Activity…"
 	labelAutostart = "Start at login"
 	labelLogs      = "Open log folder"
 	labelQuit      = "Quit"
@@ -254,6 +256,7 @@ func (m menuModel) items() []menuItem {
 	}
 	return append(items,
 		menuItem{Label: labelManifest, Act: action{kind: actManifest}},
+		menuItem{Label: labelActivity, Tooltip: "What happened on this device: decisions, capability runs, grant and pairing changes", Act: action{kind: actActivity}},
 		menuItem{Separator: true},
 		menuItem{Label: labelAutostart, Check: true, Checked: m.Autostart, Disabled: !m.AutostartOK, Act: action{kind: actAutostart}},
 		menuItem{Label: labelLogs, Act: action{kind: actOpenLogs}},

@@ -73,6 +73,7 @@ func Run(ctx context.Context, n *app.Node) error {
 		n.Close()
 		return errors.New("tray: the node published no control address")
 	}
+	c.Where = app.WhereTray
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -48,7 +48,7 @@ func TestTrayMenuOverDBus(t *testing.T) {
 		"test-laptop — " + st.OS,
 		"A2A off · not reachable from other devices",
 		labelPublish, labelLAN, labelPeers,
-		labelPair, labelDevices, "Approvals (0)…", labelManifest,
+		labelPair, labelDevices, "Approvals (0)…", labelManifest, labelActivity,
 		labelAutostart, labelLogs, labelQuit,
 	}
 	if got := m.labels(); strings.Join(got, "|") != strings.Join(want, "|") {

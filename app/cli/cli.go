@@ -195,7 +195,8 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 	root.AddCommand(c.idCommand(), c.statusCommand(), c.manifestCommand(), c.a2aCommand(), c.grantCommand(),
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
 		c.lanCommand(), c.pairCommand(), c.peersCommand(),
-		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand())
+		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand(),
+		c.auditCommand())
 	return root
 }
 
@@ -265,7 +266,15 @@ func (c *cli) runNode(cmd *cobra.Command, tray bool) error {
 	return n.Run(cmd.Context())
 }
 
-func (c *cli) dial() (*app.Client, error) { return app.Dial(c.stateDir, c.port) }
+// dial finds the node; what the command changes is recorded as decided
+// from the CLI.
+func (c *cli) dial() (*app.Client, error) {
+	cl, err := app.Dial(c.stateDir, c.port)
+	if cl != nil {
+		cl.Where = app.WhereCLI
+	}
+	return cl, err
+}
 
 // callTimeout bounds the control-API calls of one short command (loopback).
 const callTimeout = 30 * time.Second

@@ -66,6 +66,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	c, err := app.Dial(*stateDir, *port)
+	if c != nil {
+		c.Where = app.WhereTray
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "meshtray-ui:", err)
 		var wrongPort *app.WrongPortError

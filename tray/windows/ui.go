@@ -35,13 +35,15 @@ const (
 	titlePeers     = "meshtray — Peers"
 	titleManifest  = "meshtray — Node manifest"
 	titleQuestions = "meshtray — Questions from agents"
+	titleActivity  = "meshtray — Activity"
 )
 
 // UI is `meshtray-ui [WINDOW [ARG]]` (Main): the Fyne window process. It opens the
 // windows named on the command line and those queued by the tray
 // (POST /ui/take), follows the node's change notices, and returns when its
 // last window closes, ctx ends, or the node goes away. WINDOW is one of
-// approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions.
+// approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions,
+// activity.
 //
 // With no display to open a window on, Fyne's GLFW driver panics at the
 // first window; UI turns that into an error naming the display it tried,
@@ -83,7 +85,7 @@ func parseUIArgs(args []string) ([]app.UIRequest, error) {
 	}
 	r := app.UIRequest{Window: app.UIWindow(args[0])}
 	if !r.Window.Valid() {
-		return nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID, manifest or questions", args[0])
+		return nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions or activity", args[0])
 	}
 	if r.Window == app.UIPeer {
 		if len(args) != 2 {
@@ -118,6 +120,8 @@ type uiWin struct {
 	tick     func()                   // every second, on the UI goroutine
 	// owns reports whether the pairing window shows a (pairing only).
 	owns func(a app.Approval) bool
+	// closed, when set, runs when the window closes (stops its streams).
+	closed func()
 }
 
 func newUIProc(ctx context.Context, a fyne.App, api *app.Client, log *slog.Logger) *uiProc {
@@ -289,11 +293,16 @@ func (u *uiProc) open(r app.UIRequest) {
 		uw = u.manifestWindow()
 	case app.UIQuestions:
 		uw = u.questionsWindow()
+	case app.UIActivity:
+		uw = u.activityWindow()
 	default:
 		return
 	}
 	u.wins[key] = uw
 	uw.w.SetOnClosed(func() {
+		if uw.closed != nil {
+			uw.closed()
+		}
 		delete(u.wins, key)
 		if len(u.wins) == 0 {
 			// Last window: take what was queued meanwhile, or end.
