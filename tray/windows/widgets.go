@@ -143,7 +143,7 @@ var scopeChoices = []struct {
 	{pairing.ScopeAgent, "agent — send tasks to this device (A2A)"},
 	{pairing.ScopeNode, "node — use this device's capabilities"},
 	{pairing.ScopeFull, "full — manage this device (A2A, agents); approvals and grants stay with you"},
-	{pairing.ScopeApprove, "approve — decide requests made to this computer (never implied by full)"},
+	{pairing.ScopeApprove, "approve — approve or deny requests made to this computer"},
 }
 
 // approveWarning is shown under the scope choices while approve is
