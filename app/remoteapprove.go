@@ -351,51 +351,21 @@ type peerAnswerError struct {
 
 func (e *peerAnswerError) Error() string { return e.msg }
 
-// heldApprover finds the paired device ref names (a full device ID, a
-// device ID prefix of at least 7 characters, or its name, case-insensitive)
-// among the grants other devices gave this one, and checks that its grant
-// has the approve scope.
+// heldApprover finds the paired device ref names among the grants other
+// devices gave this one (its name, or its short or full device ID:
+// sendTarget, the one lookup of a device by name), and checks that its
+// grant has the approve scope.
 func (n *Node) heldApprover(ref string) (pairing.Held, error) {
-	h, err := n.heldDevice(ref)
-	if err != nil {
-		return h, err
+	h, issued, err := n.sendTarget(ref)
+	switch {
+	case err != nil:
+		return pairing.Held{}, err
+	case h == nil:
+		return pairing.Held{}, fmt.Errorf("%w: %s gave this device no grant (it only calls this one)", pairing.ErrNoHeld, issued.Name)
+	case !h.Scopes.Has(pairing.ScopeApprove):
+		return *h, fmt.Errorf("%w: %s gave this device %s, not approve (its owner grants it at pairing)", pairing.ErrScope, h.Name, h.Scopes.Describe())
 	}
-	if !h.Scopes.Has(pairing.ScopeApprove) {
-		return h, fmt.Errorf("%w: %s gave this device %s, not approve (its owner grants it at pairing)", pairing.ErrScope, h.Name, h.Scopes.Describe())
-	}
-	return h, nil
-}
-
-// heldDevice finds the held grant ref names (see heldApprover). Several
-// matches are an error naming each; none is pairing.ErrNoHeld.
-func (n *Node) heldDevice(ref string) (pairing.Held, error) {
-	ref = strings.TrimSpace(ref)
-	held := n.grants.ListHeld()
-	if id, err := pairing.ParseDeviceID(ref); err == nil {
-		for _, h := range held {
-			if h.PeerID == id.String() {
-				return h, nil
-			}
-		}
-	}
-	var hits []pairing.Held
-	norm := strings.ToUpper(strings.ReplaceAll(ref, "-", ""))
-	for _, h := range held {
-		if strings.EqualFold(h.Name, ref) || (len(norm) >= 7 && strings.HasPrefix(strings.ReplaceAll(h.PeerID, "-", ""), norm)) {
-			hits = append(hits, h)
-		}
-	}
-	switch len(hits) {
-	case 0:
-		return pairing.Held{}, fmt.Errorf("%w: no paired device %q gave this device a grant (meshtray devices lists them)", pairing.ErrNoHeld, clipID(ref))
-	case 1:
-		return hits[0], nil
-	}
-	var names []string
-	for _, h := range hits {
-		names = append(names, fmt.Sprintf("%s (%s)", h.Name, pairing.ShortID(h.PeerID)))
-	}
-	return pairing.Held{}, badRequest("%q names %d devices: %s; give the device ID", clipID(ref), len(hits), strings.Join(names, ", "))
+	return *h, nil
 }
 
 // ApprovalsOn lists the requests waiting on the paired device ref names,

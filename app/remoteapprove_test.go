@@ -440,7 +440,7 @@ func TestApproveOnAnotherMeshtray(t *testing.T) {
 	if r.Code == 0 || !strings.Contains(r.Stderr, "gave this device agent, not approve") {
 		t.Errorf("approvals --on a device that gave no approve: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := laptop.CLI("approvals", "--on", "nobody"); r.Code == 0 || !strings.Contains(r.Stderr, `no paired device "nobody"`) {
+	if r := laptop.CLI("approvals", "--on", "nobody"); r.Code == 0 || !strings.Contains(r.Stderr, `named "nobody" among the paired devices`) {
 		t.Errorf("approvals --on an unknown device: exit %d\n%s", r.Code, r.Stderr)
 	}
 }
