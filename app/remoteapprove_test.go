@@ -98,7 +98,7 @@ func TestRemoteApprovalRules(t *testing.T) {
 
 	// The approve scope is shown where grants are listed.
 	if out := mustCLI(t, n, "grant", "list").Stdout; !strings.Contains(out, "agent,approve") ||
-		!strings.Contains(out, "approve: approver, agent-and-approver may approve or deny the requests made to this device") {
+		!strings.Contains(out, "approve: agent-and-approver, approver may approve or deny the requests made to this device") {
 		t.Errorf("grant list does not show the approve scope plainly:\n%s", out)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -146,6 +147,7 @@ func (c *cli) printIssued(gs []pairing.Grant) {
 	}
 	w.Flush()
 	if len(approvers) > 0 {
+		slices.Sort(approvers)
 		fmt.Fprintf(c.opts.Stdout, "approve: %s may approve or deny the requests made to this device (its own excepted)\n", strings.Join(approvers, ", "))
 	}
 }
@@ -173,6 +175,7 @@ func (c *cli) devicesCommand() *cobra.Command {
 					return err
 				}
 				if len(on) > 0 {
+					slices.Sort(on)
 					fmt.Fprintf(c.opts.Stdout, "approve: this device may decide the requests made to %s (meshtray approvals --on DEVICE)\n", strings.Join(on, ", "))
 				}
 				return nil
