@@ -51,8 +51,15 @@ func (e *phoneEnv) phRPC(token, method string, params any) json.RawMessage {
 // (blocking: false) and returns the task's ID.
 func (e *phoneEnv) phDelegate(token string) string {
 	e.t.Helper()
+	return e.phSend(token, map[string]any{"kind": "data", "data": map[string]any{"capability": "device.info"}})
+}
+
+// phSend sends a message of one part with token without waiting and
+// returns the task's ID.
+func (e *phoneEnv) phSend(token string, part map[string]any) string {
+	e.t.Helper()
 	msg := map[string]any{"kind": "message", "messageId": strconv.FormatInt(time.Now().UnixNano(), 36), "role": "user",
-		"parts": []any{map[string]any{"kind": "data", "data": map[string]any{"capability": "device.info"}}}}
+		"parts": []any{part}}
 	var task struct {
 		ID string `json:"id"`
 	}
@@ -138,9 +145,17 @@ func TestPhoneApproves(t *testing.T) {
 	}
 	e.b.WaitJS("the list empty again", `document.querySelectorAll("#approvals-list li.approval").length === 0`, 20*time.Second)
 
-	// 2. Deny.
-	task = e.phDelegate(agent.Token)
+	// 2. Deny a request whose text holds markup and a bidirectional
+	// override: shown as the text it is, the override visible.
+	task = e.phSend(agent.Token, map[string]any{"kind": "text", "text": "<img src=x id=injected> invoice\u202Efdp.exe"})
 	e.b.WaitJS("the second delegation listed", `document.querySelectorAll("#approvals-list li.approval").length === 1`, 20*time.Second)
+	if n := phoneEval[int](e.b, `document.querySelectorAll("#approvals-list img, #injected").length`); n != 0 {
+		t.Errorf("the request's text became %d elements on the page", n)
+	}
+	if got := phoneEval[string](e.b, item+`.querySelector(".approval-summary").textContent`); got != `<img src=x id=injected> invoice\u202Efdp.exe` {
+		t.Errorf("summary shown as %q, want the text with the override escaped", got)
+	}
+	e.b.Screenshot("approvals-markup")
 	e.b.Do("deny from the phone", chromedp.Click(chromedp.CSS(`#approvals-list li.approval .approval-deny`)))
 	if s := e.phTaskState(agent.Token, task); s != "rejected" {
 		t.Errorf("the task denied from the phone ended %s, want rejected", s)
