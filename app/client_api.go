@@ -68,6 +68,20 @@ func (c *Client) Decide(ctx context.Context, id string, d ApprovalDecision) erro
 	return c.Do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id), d, nil)
 }
 
+// ApprovalsOn is GET /approvals/on/{device} (owner only): the requests
+// waiting on a paired device that gave this one a grant with the approve
+// scope (device: its name, a device ID prefix of 7+ characters, or its ID).
+func (c *Client) ApprovalsOn(ctx context.Context, device string) (RemoteApprovals, error) {
+	var ra RemoteApprovals
+	return ra, c.Do(ctx, http.MethodGet, "/approvals/on/"+url.PathEscape(device), nil, &ra)
+}
+
+// DecideOn is POST /approvals/on/{device}/{id} (owner only): decide a
+// request waiting on that device, recorded there as decided on this one.
+func (c *Client) DecideOn(ctx context.Context, device, id string, d RemoteDecision) error {
+	return c.Do(ctx, http.MethodPost, "/approvals/on/"+url.PathEscape(device)+"/"+url.PathEscape(id), d, nil)
+}
+
 // Devices is GET /nodes/devices: the grants this device issued and holds.
 func (c *Client) Devices(ctx context.Context) (Devices, error) {
 	var d Devices

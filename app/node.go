@@ -402,6 +402,7 @@ func (n *Node) routes(mux *http.ServeMux) {
 	mux.Handle("GET "+assets.PairAppPrefix, a.Public(assets.PairPage()))
 	n.pairRoutes(mux)
 	n.controlRoutes(mux)
+	n.remoteRoutes(mux)
 }
 
 // hello is this device's public self-description (GET /mesh/hello, mDNS TXT).

@@ -160,6 +160,12 @@ func TestPhonePairsOverLAN(t *testing.T) {
 	if len(devs.Issued) != 1 || devs.Issued[0].Name != "Test phone" || devs.Issued[0].ID != g.GrantID || devs.Issued[0].PeerID != "" {
 		t.Fatalf("issued grants %+v, want one for Test phone (%s)", devs.Issued, g.GrantID)
 	}
+	// Without the approve scope the page shows no approvals and never
+	// asks for them (approvals.js reads whoami, then stops).
+	b.WaitJS("approvals.js's look at the grant", `performance.getEntriesByType("resource").filter(e => e.name.endsWith("/pair/whoami")).length >= 2`, 20*time.Second)
+	if !phoneEval[bool](b, `document.getElementById("approvals-card").hidden && !performance.getEntriesByType("resource").some(e => e.name.includes("/remote/approvals"))`) {
+		t.Error("a phone without the approve scope shows or fetches the approvals")
+	}
 	b.Screenshot("paired")
 
 	// 4. "Send text to the laptop": system.notify through POST /nodes/invoke.

@@ -99,11 +99,17 @@ func (e *phoneEnv) problem(title string) {
 // pairPhone pairs the phone (approved with agent,node) and waits for the remote.
 func (e *phoneEnv) pairPhone() string {
 	e.t.Helper()
+	return e.pairPhoneWith(pairing.ScopeAgent, pairing.ScopeNode)
+}
+
+// pairPhoneWith is pairPhone approving scopes (node among them).
+func (e *phoneEnv) pairPhoneWith(scopes ...pairing.Scope) string {
+	e.t.Helper()
 	e.open(e.url)
 	e.claim()
 	e.b.Visible("view-sas", 20*time.Second)
 	a := e.pairingApproval()
-	e.decide(a.ID, app.DecisionApprove, pairing.ScopeAgent, pairing.ScopeNode)
+	e.decide(a.ID, app.DecisionApprove, scopes...)
 	e.b.Visible("view-remote", 40*time.Second)
 	e.b.WaitJS("the manifest", `document.querySelectorAll("#caps li").length > 0`, 20*time.Second)
 	var d app.Devices

@@ -21,7 +21,7 @@ var (
 	IconApproval []byte // an approval is waiting
 )
 
-//go:embed pair/index.html pair/pair.css pair/pair.js
+//go:embed pair/index.html pair/pair.css pair/pair.js pair/approvals.js pair/approvals.css
 var pairFS embed.FS
 
 // Paths of the phone pairing page. The page is PairPath; its script,
@@ -62,7 +62,10 @@ var pairFiles = func() map[string]pairFile {
 		PairPath:                   {read("pair/index.html"), "text/html; charset=utf-8"},
 		PairAppPrefix + "pair.js":  {read("pair/pair.js"), "text/javascript; charset=utf-8"},
 		PairAppPrefix + "pair.css": {read("pair/pair.css"), "text/css; charset=utf-8"},
-		PairAppPrefix + "icon.png": {IconNormal, "image/png"},
+		// The approvals of a phone holding the approve scope.
+		PairAppPrefix + "approvals.js":  {read("pair/approvals.js"), "text/javascript; charset=utf-8"},
+		PairAppPrefix + "approvals.css": {read("pair/approvals.css"), "text/css; charset=utf-8"},
+		PairAppPrefix + "icon.png":      {IconNormal, "image/png"},
 	}
 }()
 
@@ -71,8 +74,8 @@ var pairFiles = func() map[string]pairFile {
 var modTime = time.Time{}
 
 // PairPage serves the phone pairing page: GET (and HEAD) PairPath is the
-// HTML; PairAppPrefix+{pair.js, pair.css, icon.png} are its script, style
-// sheet and icon; anything else under PairAppPrefix is 404. The page reads
+// HTML; PairAppPrefix+{pair.js, pair.css, approvals.js, approvals.css,
+// icon.png} are its scripts, style sheets and icon; anything else under PairAppPrefix is 404. The page reads
 // the pairing code and fingerprint from the URL fragment (which browsers
 // never send), so no secret ever reaches this handler.
 //

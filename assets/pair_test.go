@@ -23,6 +23,9 @@ func TestPairPage(t *testing.T) {
 		{"HEAD", "/pair", 200, "text/html; charset=utf-8", ""},
 		{"GET", "/pair/app/pair.js", 200, "text/javascript; charset=utf-8", "meshtray-sas-v1"},
 		{"GET", "/pair/app/pair.css", 200, "text/css; charset=utf-8", "prefers-color-scheme"},
+		{"GET", "/pair", 200, "text/html; charset=utf-8", `<script src="/pair/app/approvals.js" defer></script>`},
+		{"GET", "/pair/app/approvals.js", 200, "text/javascript; charset=utf-8", "/remote/approvals/events"},
+		{"GET", "/pair/app/approvals.css", 200, "text/css; charset=utf-8", ".approval-buttons"},
 		{"GET", "/pair/app/icon.png", 200, "image/png", "\x89PNG"},
 		{"GET", "/pair/app/", 404, "", ""},
 		{"GET", "/pair/app/../assets.go", 404, "", ""},
@@ -78,10 +81,12 @@ func TestPairPageNoInlineCode(t *testing.T) {
 			t.Errorf("index.html contains %q, which the CSP forbids or which loads from elsewhere", bad)
 		}
 	}
-	js := string(pairFiles[PairAppPrefix+"pair.js"].body)
-	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "?token=", "?code="} {
-		if strings.Contains(js, bad) {
-			t.Errorf("pair.js uses %q: remote text must go in with textContent, secrets never in a URL", bad)
+	for _, name := range []string{"pair.js", "approvals.js"} {
+		js := string(pairFiles[PairAppPrefix+name].body)
+		for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "?token=", "?code="} {
+			if strings.Contains(js, bad) {
+				t.Errorf("%s uses %q: remote text must go in with textContent, secrets never in a URL", name, bad)
+			}
 		}
 	}
 	if !strings.Contains(PairCSP, "script-src 'self'") || strings.Contains(PairCSP, "unsafe") {

@@ -49,7 +49,7 @@ type authFixture struct {
 	g                                     *Grants
 	auth                                  *Auth
 	agentTok, nodeTok, fullTok, pausedTok string
-	revokedTok, bothTok                   string
+	revokedTok, bothTok, approveTok       string
 	agentID                               string
 	whoisCalls                            atomic.Int64
 	control                               string
@@ -64,6 +64,7 @@ func newAuthFixture(t *testing.T) *authFixture {
 	_, f.nodeTok = mustIssue(t, f.g, "node", ScopeNode)
 	_, f.bothTok = mustIssue(t, f.g, "both", ScopeAgent, ScopeNode)
 	_, f.fullTok = mustIssue(t, f.g, "full", ScopeFull)
+	_, f.approveTok = mustIssue(t, f.g, "approve", ScopeApprove)
 	gr, f.pausedTok = mustIssue(t, f.g, "paused", ScopeFull)
 	if err := f.g.Pause(gr.ID); err != nil {
 		t.Fatal(err)
@@ -88,6 +89,7 @@ func (f *authFixture) mux() *http.ServeMux {
 	mux.Handle("/a2a/v1", f.auth.Require(ScopeAgent, whoAmI))
 	mux.Handle("/nodes/manifest", f.auth.Require(ScopeNode, whoAmI))
 	mux.Handle("/config", f.auth.Local(whoAmI))
+	mux.Handle("/remote/approvals", f.auth.Require(ScopeApprove, whoAmI))
 	mux.Handle("/pair/whoami", f.auth.AnyGrant(whoAmI))
 	mux.Handle("/pair/claim", f.auth.Public(whoAmI))
 	return mux
@@ -139,18 +141,22 @@ func TestScopeTable(t *testing.T) {
 		toks := map[string]string{
 			"none": "", "garbage": "abc", "agent": f.agentTok, "node": f.nodeTok, "both": f.bothTok,
 			"full": f.fullTok, "paused": f.pausedTok, "revoked": f.revokedTok, "control": f.control,
+			"approve": f.approveTok,
 		}
 		// want[path][token] = status
 		controlOnLoop := 200
 		if l != ListenerLoopback {
 			controlOnLoop = 401
 		}
+		// approve reaches only its own routes, and full does not reach
+		// them: no scope implies approve.
 		want := map[string]map[string]int{
-			"/a2a/v1":         {"none": 401, "garbage": 401, "agent": 200, "node": 403, "both": 200, "full": 200, "paused": 401, "revoked": 401, "control": 401},
-			"/nodes/manifest": {"none": 401, "garbage": 401, "agent": 403, "node": 200, "both": 200, "full": 200, "paused": 401, "revoked": 401, "control": 401},
-			"/config":         {"none": 401, "garbage": 401, "agent": 403, "node": 403, "both": 403, "full": 200, "paused": 401, "revoked": 401, "control": controlOnLoop},
-			"/pair/whoami":    {"none": 401, "garbage": 401, "agent": 200, "node": 200, "both": 200, "full": 200, "paused": 401, "revoked": 401, "control": 401},
-			"/pair/claim":     {"none": 200, "garbage": 200, "agent": 200, "node": 200, "both": 200, "full": 200, "paused": 200, "revoked": 200, "control": 200},
+			"/a2a/v1":           {"none": 401, "garbage": 401, "agent": 200, "node": 403, "both": 200, "full": 200, "paused": 401, "revoked": 401, "control": 401, "approve": 403},
+			"/nodes/manifest":   {"none": 401, "garbage": 401, "agent": 403, "node": 200, "both": 200, "full": 200, "paused": 401, "revoked": 401, "control": 401, "approve": 403},
+			"/config":           {"none": 401, "garbage": 401, "agent": 403, "node": 403, "both": 403, "full": 200, "paused": 401, "revoked": 401, "control": controlOnLoop, "approve": 403},
+			"/remote/approvals": {"none": 401, "garbage": 401, "agent": 403, "node": 403, "both": 403, "full": 403, "paused": 401, "revoked": 401, "control": 401, "approve": 200},
+			"/pair/whoami":      {"none": 401, "garbage": 401, "agent": 200, "node": 200, "both": 200, "full": 200, "paused": 401, "revoked": 401, "control": 401, "approve": 200},
+			"/pair/claim":       {"none": 200, "garbage": 200, "agent": 200, "node": 200, "both": 200, "full": 200, "paused": 200, "revoked": 200, "control": 200, "approve": 200},
 		}
 		for path, row := range want {
 			for name, status := range row {

@@ -639,7 +639,7 @@ func TestParseScopesAndPolicy(t *testing.T) {
 		t.Errorf("ParseScopes(\"\") = %v, %v; want the empty set", sc, err)
 	}
 	_, err := ParseScopes("agent,admin")
-	if !errors.Is(err, ErrInvalid) || err.Error() != `scope "admin": want agent, node or full` {
+	if !errors.Is(err, ErrInvalid) || err.Error() != `scope "admin": want agent, node, full or approve` {
 		t.Errorf("ParseScopes(agent,admin) error %q", err)
 	}
 	for _, p := range Policies {
@@ -654,7 +654,28 @@ func TestParseScopesAndPolicy(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) || err.Error() != `approval "maybe": want ask, allow or deny` {
 		t.Errorf("ParsePolicy(maybe) error %q", err)
 	}
-	for req, want := range map[string]string{"": "agent", "full": "agent", "node,full": "node", "agent,node,full": "agent,node"} {
+	if sc, err := ParseScopes("approve,agent"); err != nil || sc.String() != "agent,approve" {
+		t.Errorf("ParseScopes(approve,agent) = %v, %v", sc, err)
+	}
+	// approve is never implied, not even by full, and never a default.
+	for _, c := range []struct {
+		s    Scopes
+		want Scope
+		has  bool
+	}{
+		{Scopes{ScopeFull}, ScopeApprove, false},
+		{Scopes{ScopeAgent, ScopeNode, ScopeFull}, ScopeApprove, false},
+		{Scopes{ScopeApprove}, ScopeApprove, true},
+		{Scopes{ScopeApprove}, ScopeAgent, false},
+		{Scopes{ScopeApprove}, ScopeFull, false},
+		{Scopes{ScopeFull}, ScopeNode, true},
+	} {
+		if got := c.s.Has(c.want); got != c.has {
+			t.Errorf("%s.Has(%s) = %v, want %v", c.s, c.want, got, c.has)
+		}
+	}
+	for req, want := range map[string]string{"": "agent", "full": "agent", "node,full": "node", "agent,node,full": "agent,node",
+		"approve": "agent", "agent,approve": "agent", "agent,approve,full,node": "agent,node"} {
 		sc, _ := ParseScopes(req)
 		if got := DefaultPairingScopes(sc).String(); got != want {
 			t.Errorf("DefaultPairingScopes(%s) = %s, want %s", req, got, want)

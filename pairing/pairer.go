@@ -758,8 +758,8 @@ func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscr
 
 // Decide records the owner's decision on request id. On approval it issues
 // a grant to the claimant (policy ask) with scopes, or, when scopes is nil,
-// with the requested scopes minus ScopeFull (full is never granted by
-// default), and keeps the token for the one status call that collects it.
+// with the requested scopes minus ScopeFull and ScopeApprove (neither is
+// ever granted by default), and keeps the token for the one status call that collects it.
 // The grant is issued Uncollected: it is valid only once collected
 // (Grants.Collected), and one still uncollected when the node stops is
 // revoked then or at the next start. The collection revokes the grants
@@ -791,10 +791,10 @@ func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
 	}
 	var err error
 	if scopes == nil {
-		scopes = r.req.RequestedScopes.Without(ScopeFull)
+		scopes = r.req.RequestedScopes.Without(ScopeFull, ScopeApprove)
 	}
 	if scopes, err = NormalizeScopes(scopes); err == nil && len(scopes) == 0 {
-		err = fmt.Errorf("%w: choose the scopes to grant (agent, node, full)", ErrInvalid)
+		err = fmt.Errorf("%w: choose the scopes to grant (agent, node, full, approve)", ErrInvalid)
 	}
 	if err != nil {
 		p.mu.Unlock()

@@ -470,6 +470,10 @@ func TestDecideRules(t *testing.T) {
 	if _, err := f.p.Decide(r.RequestID, true, nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("default scopes of a full-only request: %v (full is never a default)", err)
 	}
+	ra := claim(ScopeApprove, ScopeAgent)
+	if gr, err := f.p.Decide(ra.RequestID, true, nil); err != nil || gr.Scopes.String() != "agent" {
+		t.Errorf("default scopes of an agent,approve request: %v, %v (approve is never a default)", gr.Scopes, err)
+	}
 	if _, err := f.p.Decide(r.RequestID, true, Scopes{"admin"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown scope: %v", err)
 	}

@@ -16,16 +16,24 @@ const (
 	ScopeAgent Scope = "agent"
 	// ScopeNode reaches the node manifest and capability calls only.
 	ScopeNode Scope = "node"
-	// ScopeFull reaches every surface, the local admin surface included.
+	// ScopeFull reaches every surface, the local admin surface included,
+	// but not ScopeApprove.
 	ScopeFull Scope = "full"
+	// ScopeApprove lets the holder approve or deny the requests made to
+	// this device (the remote approval routes: GET /remote/approvals,
+	// GET /remote/approvals/events, POST /remote/approvals/{id}), except a
+	// request its own grant made. No other scope implies it, ScopeFull
+	// included, and no default grants it: the owner gives it by name.
+	ScopeApprove Scope = "approve"
 )
 
 // Scopes is a set of scopes, kept sorted and without duplicates.
 type Scopes []Scope
 
-// Has reports whether s grants scope want; ScopeFull grants every scope.
+// Has reports whether s grants scope want; ScopeFull grants every scope
+// but ScopeApprove, which only ScopeApprove itself grants.
 func (s Scopes) Has(want Scope) bool {
-	return slices.Contains(s, want) || slices.Contains(s, ScopeFull)
+	return slices.Contains(s, want) || (want != ScopeApprove && slices.Contains(s, ScopeFull))
 }
 
 // String joins the scopes with commas, the form ParseScopes reads.

@@ -8,10 +8,11 @@ import (
 	"unicode/utf8"
 )
 
-// Valid reports whether s is one of ScopeAgent, ScopeNode, ScopeFull.
+// Valid reports whether s is one of ScopeAgent, ScopeNode, ScopeFull,
+// ScopeApprove.
 func (s Scope) Valid() bool {
 	switch s {
-	case ScopeAgent, ScopeNode, ScopeFull:
+	case ScopeAgent, ScopeNode, ScopeFull, ScopeApprove:
 		return true
 	}
 	return false
@@ -21,7 +22,7 @@ func (s Scope) Valid() bool {
 // ("agent,node"), as the CLI's --scope flags and the pairing prompt give
 // it; spaces around names are ignored. The result is sorted and without
 // duplicates; an unknown name is an error wrapping ErrInvalid that names it
-// and the three scopes. The empty string gives an empty set.
+// and the four scopes. The empty string gives an empty set.
 func ParseScopes(s string) (Scopes, error) {
 	var out Scopes
 	for part := range strings.SplitSeq(s, ",") {
@@ -30,7 +31,7 @@ func ParseScopes(s string) (Scopes, error) {
 			continue
 		}
 		if !Scope(part).Valid() {
-			return nil, &invalidError{fmt.Sprintf("scope %q: want agent, node or full", clip(part, 16))}
+			return nil, &invalidError{fmt.Sprintf("scope %q: want agent, node, full or approve", clip(part, 16))}
 		}
 		out = append(out, Scope(part))
 	}
@@ -39,8 +40,8 @@ func ParseScopes(s string) (Scopes, error) {
 
 // DefaultPairingScopes is what approving a pairing request grants when the
 // owner names no scopes (the CLI's `approve`, the pairing windows'
-// pre-selection): what the claimant asked for, but never full (that takes
-// an explicit choice), and at least agent.
+// pre-selection): what the claimant asked for, but never full or approve
+// (each takes an explicit choice), and at least agent.
 func DefaultPairingScopes(requested Scopes) Scopes {
 	var out Scopes
 	for _, s := range requested {
@@ -72,7 +73,7 @@ func NormalizeScopes(s Scopes) (Scopes, error) {
 	out := make(Scopes, 0, len(s))
 	for _, sc := range s {
 		if !sc.Valid() {
-			return nil, fmt.Errorf("%w: unknown scope %q (want agent, node or full)", ErrInvalid, clip(string(sc), 16))
+			return nil, fmt.Errorf("%w: unknown scope %q (want agent, node, full or approve)", ErrInvalid, clip(string(sc), 16))
 		}
 		if !slices.Contains(out, sc) {
 			out = append(out, sc)
@@ -82,11 +83,11 @@ func NormalizeScopes(s Scopes) (Scopes, error) {
 	return out, nil
 }
 
-// Without returns s minus scope x (a new slice).
-func (s Scopes) Without(x Scope) Scopes {
+// Without returns s minus the scopes xs (a new slice).
+func (s Scopes) Without(xs ...Scope) Scopes {
 	out := make(Scopes, 0, len(s))
 	for _, sc := range s {
-		if sc != x {
+		if !slices.Contains(xs, sc) {
 			out = append(out, sc)
 		}
 	}

@@ -62,9 +62,12 @@ func (k Kind) durable() bool { return k != KindCapability }
 
 // Where an approval or a change was decided (Entry.DecidedVia).
 const (
-	WhereTray    = "tray"
-	WhereCLI     = "cli"
-	WherePhone   = "phone"
+	WhereTray  = "tray"
+	WhereCLI   = "cli"
+	WherePhone = "phone" // the phone page of a grant with the approve scope
+	// WhereDevice: another meshtray holding a grant with the approve
+	// scope on this one (its CLI: meshtray approve --on DEVICE ID).
+	WhereDevice  = "device"
 	WherePolicy  = "policy"
 	WhereTimeout = "timeout"
 )

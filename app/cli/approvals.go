@@ -16,11 +16,15 @@ import (
 )
 
 func (c *cli) approvalsCommand() *cobra.Command {
+	var on string
 	cmd := &cobra.Command{
-		Use:   "approvals",
-		Short: "List requests waiting for your decision",
+		Use:   "approvals [--on DEVICE]",
+		Short: "List requests waiting for your decision (here, or on a device that gave this one the approve scope)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if on != "" {
+				return c.approvalsOn(cmd, on)
+			}
 			return show(c, cmd, (*app.Client).Approvals, func(as []app.Approval) error {
 				if len(as) == 0 {
 					fmt.Fprintln(c.opts.Stdout, "no pending approvals")
@@ -36,8 +40,55 @@ func (c *cli) approvalsCommand() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().StringVar(&on, "on", "", "the requests waiting on DEVICE (a paired device that gave this one the approve scope: its name or device ID)")
 	c.jsonFlag(cmd)
 	return cmd
+}
+
+// approvalsOn lists the requests waiting on device, as its approve grant
+// shows them.
+func (c *cli) approvalsOn(cmd *cobra.Command, device string) error {
+	return show(c, cmd, func(cl *app.Client, ctx context.Context) (app.RemoteApprovals, error) {
+		return cl.ApprovalsOn(ctx, device)
+	}, func(ra app.RemoteApprovals) error {
+		name := oneLine(ra.Device, 64)
+		if len(ra.Approvals) == 0 {
+			fmt.Fprintf(c.opts.Stdout, "no pending approvals on %s\n", name)
+			return nil
+		}
+		fmt.Fprintf(c.opts.Stdout, "Waiting on %s (%s):\n\n", name, pairing.ShortID(ra.DeviceID))
+		// Count down with the other device's clock, which set Expires.
+		skew := time.Since(ra.Now)
+		for i, a := range ra.Approvals {
+			if i > 0 {
+				fmt.Fprintln(c.opts.Stdout)
+			}
+			a.Expires = a.Expires.Add(skew)
+			c.printApprovalBody(a.Approval)
+			ref := shellWord(device)
+			switch {
+			case a.Own:
+				fmt.Fprintf(c.opts.Stdout, "  decide:   not here: this device made it (%s)\n", oneLine(a.Note, 120))
+			case !a.CanApprove:
+				fmt.Fprintf(c.opts.Stdout, "  decide:   meshtray deny --on %s %s (%s)\n", ref, a.ID, oneLine(a.Note, 120))
+			case a.CanAlways:
+				fmt.Fprintf(c.opts.Stdout, "  decide:   meshtray approve --on %s %s [--always] | meshtray deny --on %s %s\n", ref, a.ID, ref, a.ID)
+			default:
+				fmt.Fprintf(c.opts.Stdout, "  decide:   meshtray approve --on %s %s | meshtray deny --on %s %s\n", ref, a.ID, ref, a.ID)
+			}
+		}
+		return nil
+	})
+}
+
+// shellWord quotes s for a command line the user may paste, when needed.
+func shellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(oneLine(s, 64), "'", `'\''`) + "'"
 }
 
 // maxDetailLines bounds the lines of a request's detail `approvals` shows.
@@ -47,6 +98,20 @@ const maxDetailLines = 12
 // read before deciding: who, over what, what exactly (the detail: message
 // text, call parameters), and how to decide.
 func (c *cli) printApproval(a app.Approval) {
+	c.printApprovalBody(a)
+	out := c.opts.Stdout
+	switch a.Kind {
+	case app.KindPairing:
+		fmt.Fprintf(out, "  decide:   meshtray approve %s [--scopes agent,node] | meshtray deny %s\n", a.ID, a.ID)
+	case app.KindDelegation:
+		fmt.Fprintf(out, "  decide:   meshtray approve %s [--always] | meshtray deny %s\n", a.ID, a.ID)
+	default:
+		fmt.Fprintf(out, "  decide:   meshtray approve %s | meshtray deny %s\n", a.ID, a.ID)
+	}
+}
+
+// printApprovalBody is printApproval without how to decide.
+func (c *cli) printApprovalBody(a app.Approval) {
 	out := c.opts.Stdout
 	from := oneLine(a.Peer, 64)
 	if a.DeviceID != "" {
@@ -67,6 +132,9 @@ func (c *cli) printApproval(a app.Approval) {
 		fmt.Fprintf(out, "  via:      %s\n", via)
 	}
 	fmt.Fprintf(out, "  request:  %s\n", oneLine(a.Summary, 200))
+	if a.Kind == app.KindPairing && a.Scopes.Has(pairing.ScopeApprove) {
+		fmt.Fprintln(out, "  warning:  it asks for approve: that device could approve or deny the requests made to this one (never granted unless you name it)")
+	}
 	if a.SAS != "" {
 		fmt.Fprintf(out, "  code:     %s (must match the other screen)\n", spacedSAS(a.SAS))
 	}
@@ -81,24 +149,22 @@ func (c *cli) printApproval(a app.Approval) {
 		}
 	}
 	fmt.Fprintf(out, "  expires:  in %s\n", time.Until(a.Expires).Round(time.Second))
-	switch a.Kind {
-	case app.KindPairing:
-		fmt.Fprintf(out, "  decide:   meshtray approve %s [--scopes agent,node] | meshtray deny %s\n", a.ID, a.ID)
-	case app.KindDelegation:
-		fmt.Fprintf(out, "  decide:   meshtray approve %s [--always] | meshtray deny %s\n", a.ID, a.ID)
-	default:
-		fmt.Fprintf(out, "  decide:   meshtray approve %s | meshtray deny %s\n", a.ID, a.ID)
-	}
 }
 
 func (c *cli) approveCommand() *cobra.Command {
-	var scopes string
+	var scopes, on string
 	var always bool
 	cmd := &cobra.Command{
-		Use:   "approve ID [--scopes agent,node] [--always]",
+		Use:   "approve ID [--scopes agent,node] [--always] [--on DEVICE]",
 		Short: "Approve a pending request and say what it granted",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if on != "" {
+				if scopes != "" {
+					return usageError{errors.New("--scopes goes with a pairing request, and a pairing is approved only at the device itself: use meshtray deny --on to refuse it")}
+				}
+				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionApprove, Always: always})
+			}
 			d := app.ApprovalDecision{Decision: app.DecisionApprove, Always: always, Where: store.WhereCLI}
 			if scopes != "" {
 				sc, err := scopesFlag(scopes)
@@ -145,9 +211,48 @@ func (c *cli) approveCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&scopes, "scopes", "", "pairing: scopes to grant (agent, node, full; default: those requested, never full)")
+	cmd.Flags().StringVar(&scopes, "scopes", "", "pairing: scopes to grant (agent, node, full, approve; default: those requested, never full or approve)")
 	cmd.Flags().BoolVar(&always, "always", false, "delegations: always allow from this device from now on")
+	cmd.Flags().StringVar(&on, "on", "", "decide a request waiting on DEVICE (a paired device that gave this one the approve scope)")
 	return cmd
+}
+
+// decideOn decides request id waiting on device and says what it did.
+func (c *cli) decideOn(cmd *cobra.Command, device, id string, d app.RemoteDecision) error {
+	cl, ctx, done, err := c.api(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ra, err := cl.ApprovalsOn(ctx, device)
+	if err != nil {
+		return err
+	}
+	var a *app.RemoteApproval
+	for i := range ra.Approvals {
+		if ra.Approvals[i].ID == id {
+			a = &ra.Approvals[i]
+		}
+	}
+	name := oneLine(ra.Device, 64)
+	if a == nil {
+		return &app.APIError{Status: http.StatusNotFound, Message: fmt.Sprintf("%v on %s: %s (meshtray approvals --on %s lists them)", app.ErrNoApproval, name, id, shellWord(device))}
+	}
+	if d.Always && !a.CanAlways {
+		return usageError{fmt.Errorf("--always is for delegations (it lets every later delegation of that device run unasked); %s is a %s request", a.ID, a.Kind)}
+	}
+	if err := cl.DecideOn(ctx, device, id, d); err != nil {
+		return err
+	}
+	verb := "denied"
+	if d.Decision == app.DecisionApprove {
+		verb = "approved"
+	}
+	fmt.Fprintf(c.opts.Stdout, "%s %s on %s: %s from %s: %s\n", verb, a.ID, name, a.Kind, oneLine(a.Peer, 64), oneLine(a.Summary, 120))
+	if d.Always {
+		fmt.Fprintf(c.opts.Stdout, "every later delegation from %s to %s runs without asking\n", oneLine(a.Peer, 64), name)
+	}
+	return nil
 }
 
 // pendingApproval returns the pending approval id (404 as an APIError when
@@ -166,11 +271,15 @@ func pendingApproval(ctx context.Context, cl *app.Client, id string) (app.Approv
 }
 
 func (c *cli) denyCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "deny ID",
+	var on string
+	cmd := &cobra.Command{
+		Use:   "deny ID [--on DEVICE]",
 		Short: "Deny a pending request",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if on != "" {
+				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionDeny})
+			}
 			cl, ctx, done, err := c.api(cmd)
 			if err != nil {
 				return err
@@ -183,6 +292,8 @@ func (c *cli) denyCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&on, "on", "", "deny a request waiting on DEVICE (a paired device that gave this one the approve scope)")
+	return cmd
 }
 
 // scopesFlag reads the scopes of a flag or prompt (pairing.ParseScopes):
@@ -190,7 +301,7 @@ func (c *cli) denyCommand() *cobra.Command {
 func scopesFlag(s string) (pairing.Scopes, error) {
 	sc, err := pairing.ParseScopes(s)
 	if err == nil && len(sc) == 0 {
-		err = errors.New("no scope given: want agent, node or full")
+		err = errors.New("no scope given: want agent, node, full or approve")
 	}
 	return sc, err
 }

@@ -20,7 +20,7 @@ func TestRunInProcess(t *testing.T) {
 	}{
 		{[]string{"version"}, ExitOK, "meshtray ", ""},
 		{[]string{"a2a", "sideways"}, ExitUsage, "", `a2a "sideways": want on, off or status`},
-		{[]string{"grant", "create", "--name", "x", "--scope", "admin"}, ExitUsage, "", `scope "admin": want agent, node or full`},
+		{[]string{"grant", "create", "--name", "x", "--scope", "admin"}, ExitUsage, "", `scope "admin": want agent, node, full or approve`},
 		{[]string{"grant", "set", "G", "--approval", "maybe"}, ExitUsage, "", "--approval ask|allow|deny is required"},
 		{[]string{"approve", "A", "--scopes", ","}, ExitUsage, "", "no scope given"},
 		{[]string{"status"}, ExitNotRunning, "", "start it with `meshtray`"},

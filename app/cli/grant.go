@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -53,7 +54,7 @@ func (c *cli) grantCommand() *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&req.Name, "name", "", "who the grant is for (shown in approvals)")
-	create.Flags().StringVar(&scopes, "scope", "agent", "scopes: agent, node, full (comma-separated)")
+	create.Flags().StringVar(&scopes, "scope", "agent", "scopes: agent, node, full, approve (comma-separated; approve: may approve or deny the requests made to this device, and only it)")
 	create.Flags().StringVar(&approval, "approval", "ask", "approval policy for its delegations: ask, allow, deny")
 	c.jsonFlag(create)
 
@@ -133,14 +134,22 @@ func (c *cli) grantCommand() *cobra.Command {
 func (c *cli) printIssued(gs []pairing.Grant) {
 	w := c.table()
 	fmt.Fprintln(w, "ID\tNAME\tSCOPES\tAPPROVAL\tSTATUS\tLAST USED")
+	var approvers []string
 	for _, g := range gs {
 		last := "never"
 		if !g.LastUsed.IsZero() {
 			last = ago(g.LastUsed)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, oneLine(g.Name, 64), g.Scopes, g.Policy, g.Status, last)
+		if g.Scopes.Has(pairing.ScopeApprove) {
+			approvers = append(approvers, oneLine(g.Name, 64))
+		}
 	}
 	w.Flush()
+	if len(approvers) > 0 {
+		slices.Sort(approvers)
+		fmt.Fprintf(c.opts.Stdout, "approve: %s may approve or deny the requests made to this device (its own excepted)\n", strings.Join(approvers, ", "))
+	}
 }
 
 func (c *cli) devicesCommand() *cobra.Command {
@@ -155,10 +164,21 @@ func (c *cli) devicesCommand() *cobra.Command {
 				fmt.Fprintln(c.opts.Stdout, "\nGiven to this device by:")
 				w := c.table()
 				fmt.Fprintln(w, "DEVICE\tNAME\tOS\tSCOPES\tURL")
+				var on []string
 				for _, h := range d.Held {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", pairing.ShortID(h.PeerID), oneLine(h.Name, 64), oneLine(h.OS, 64), h.Scopes, oneLine(h.URL, 80))
+					if h.Scopes.Has(pairing.ScopeApprove) {
+						on = append(on, oneLine(h.Name, 64))
+					}
 				}
-				return w.Flush()
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if len(on) > 0 {
+					slices.Sort(on)
+					fmt.Fprintf(c.opts.Stdout, "approve: this device may decide the requests made to %s (meshtray approvals --on DEVICE)\n", strings.Join(on, ", "))
+				}
+				return nil
 			})
 		},
 	}

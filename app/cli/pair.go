@@ -62,8 +62,8 @@ that device a grant back (mutual pairing).`,
 	f.StringVar(&join, "join", "", `claim the pairing URL another device shows (https://host:port/pair#c=CODE&fp=FP); "-" reads it from stdin, out of sight of ps`)
 	f.StringVar(&code, "code", "", "with --join: the one-time code, when the URL has none")
 	f.StringVar(&fp, "fp", "", "with --join: the other device's certificate fingerprint, when the URL has none")
-	f.StringVar(&ask, "ask", "agent,node", "with --join: scopes to ask for (the other owner decides)")
-	f.StringVar(&give, "give", "agent", `with --join: scopes to give the other device back ("none": a one-way pairing, which also revokes what this device gave it before)`)
+	f.StringVar(&ask, "ask", "agent,node", "with --join: scopes to ask for (the other owner decides; approve: to decide its requests from here)")
+	f.StringVar(&give, "give", "agent", `with --join: scopes to give the other device back (approve lets it decide this device's requests; "none": a one-way pairing, which also revokes what this device gave it before)`)
 	f.BoolVar(&noWait, "no-wait", false, "print the code and exit without waiting for the claim")
 	f.BoolVar(&c.asJSON, "json", false, "print JSON for scripts: without --join, {url, urls, code, fingerprint, expires} at once, without waiting for a claim (decide it with meshtray approvals/approve); with --join, the result")
 	return cmd
@@ -238,6 +238,9 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *app.Client, expires
 			seen[a.ID] = true
 			fmt.Fprintf(c.opts.Stdout, "\n%s (%s) claims the code from %s, asking for %s.\n", oneLine(a.Peer, 64), oneLine(orUnknown(a.OS), 64), a.Addr, a.Scopes.Describe())
 			fmt.Fprintf(c.opts.Stdout, "Verification code: %s — it must be the one the other device shows.\n", spacedSAS(a.SAS))
+			if a.Scopes.Has(pairing.ScopeApprove) {
+				fmt.Fprintln(c.opts.Stdout, "It asks for approve: it could then approve or deny the requests made to this device. Granted only if you name it.")
+			}
 			if a.Detail != "" {
 				fmt.Fprintln(c.opts.Stdout, safeText(a.Detail, true))
 			}
@@ -247,7 +250,7 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *app.Client, expires
 				continue
 			}
 			scopes := pairing.DefaultPairingScopes(a.Scopes)
-			fmt.Fprintf(c.opts.Stdout, "Approve and grant %s? [y/N/scopes, e.g. agent,node,full] ", scopes)
+			fmt.Fprintf(c.opts.Stdout, "Approve and grant %s? [y/N/scopes, e.g. agent,node,full,approve] ", scopes)
 			line, _ := in.ReadString('\n')
 			line = strings.TrimSpace(strings.ToLower(line))
 			d := app.ApprovalDecision{Decision: app.DecisionDeny}

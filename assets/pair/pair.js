@@ -671,7 +671,7 @@
     const g = st.grant;
     const when = new Date(g.paired_at);
     const parts = [];
-    const names = { agent: "its agent", node: "its capabilities", full: "everything" };
+    const names = { agent: "its agent", node: "its capabilities", full: "everything", approve: "its approval queue" };
     if (g.scopes.length) parts.push("This phone may use " + g.scopes.map((s) => names[s] || s).join(" and ") + ".");
     if (!isNaN(when)) parts.push("Paired " + when.toLocaleDateString() + ".");
     $("remote-scopes").textContent = parts.join(" ");

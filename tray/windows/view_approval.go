@@ -73,8 +73,9 @@ func newApprovalView(onDecide func(app.Approval, app.ApprovalDecision)) *approva
 		mutedLabel("Check that the other device shows the same code:"),
 		container.NewCenter(v.sas),
 	)
-	v.scopes = widget.NewCheckGroup(allScopeLabels(), nil)
-	v.scopesBox = container.NewVBox(boldLabel("Allow it to"), v.scopes)
+	approveWarn, syncWarn := newApproveWarning()
+	v.scopes = widget.NewCheckGroup(allScopeLabels(), syncWarn)
+	v.scopesBox = container.NewVBox(boldLabel("Allow it to"), v.scopes, approveWarn)
 	v.always = widget.NewCheck("Always allow from this device", nil)
 	v.left = mutedLabel("")
 	v.left.Wrapping = fyne.TextWrapOff

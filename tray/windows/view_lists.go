@@ -120,11 +120,17 @@ func (v *devicesView) grantCard(g pairing.Grant) fyne.CanvasObject {
 	rotate := widget.NewButtonWithIcon("Rotate token", theme.ViewRefreshIcon(), func() { v.cb.Action(g, app.ActionRotate) })
 	revoke := widget.NewButtonWithIcon("Revoke", theme.DeleteIcon(), func() { v.cb.Action(g, app.ActionRevoke) })
 	revoke.Importance = widget.DangerImportance
-	return container.NewVBox(
+	card := container.NewVBox(
 		container.NewHBox(name, container.NewCenter(status)),
 		mutedLabel(strings.Join(details, " · ")),
-		container.NewHBox(fieldName("Delegations:"), policy, layout.NewSpacer(), pause, rotate, revoke),
 	)
+	if g.Scopes.Has(pairing.ScopeApprove) {
+		warn := wrapLabel("May approve or deny requests made to this computer (never its own).")
+		warn.Importance = widget.WarningImportance
+		card.Add(warn)
+	}
+	card.Add(container.NewHBox(fieldName("Delegations:"), policy, layout.NewSpacer(), pause, rotate, revoke))
+	return card
 }
 
 // peersView lists the peer table.

@@ -55,13 +55,14 @@ type pairView struct {
 	left     *widget.Label
 	codeBody fyne.CanvasObject
 	// claim state
-	claimTitle *widget.Label
-	claimFrom  *widget.Label
-	sas        *canvas.Text
-	scopes     *widget.CheckGroup
-	approve    *widget.Button
-	deny       *widget.Button
-	claimBody  fyne.CanvasObject
+	claimTitle  *widget.Label
+	claimFrom   *widget.Label
+	sas         *canvas.Text
+	scopes      *widget.CheckGroup
+	approveWarn *widget.Label
+	approve     *widget.Button
+	deny        *widget.Button
+	claimBody   fyne.CanvasObject
 	// done / failed / loading
 	message   *widget.Label
 	msgIcon   *widget.Icon
@@ -116,7 +117,9 @@ func newPairView(cb pairCallbacks) *pairView {
 	v.claimTitle = heading("")
 	v.claimFrom = wrapLabel("")
 	v.sas = bigText("", 40)
-	v.scopes = widget.NewCheckGroup(allScopeLabels(), nil)
+	var syncWarn func([]string)
+	v.approveWarn, syncWarn = newApproveWarning()
+	v.scopes = widget.NewCheckGroup(allScopeLabels(), syncWarn)
 	v.approve = widget.NewButtonWithIcon("Approve", theme.ConfirmIcon(), func() {
 		v.approve.Disable()
 		v.deny.Disable()
@@ -133,7 +136,7 @@ func newPairView(cb pairCallbacks) *pairView {
 		mutedLabel("Both screens must show the same code. If they differ, deny: someone else is trying to pair."),
 		container.NewCenter(v.sas),
 		widget.NewSeparator(),
-		boldLabel("Allow it to"), v.scopes,
+		boldLabel("Allow it to"), v.scopes, v.approveWarn,
 		container.NewHBox(layout.NewSpacer(), v.deny, v.approve),
 	)
 

@@ -3,6 +3,7 @@ package windows
 import (
 	"fmt"
 	"image/color"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,6 +143,26 @@ var scopeChoices = []struct {
 	{pairing.ScopeAgent, "agent — send tasks to this device (A2A)"},
 	{pairing.ScopeNode, "node — use this device's capabilities"},
 	{pairing.ScopeFull, "full — manage this device (A2A, agents); approvals and grants stay with you"},
+	{pairing.ScopeApprove, "approve — approve or deny requests made to this computer"},
+}
+
+// approveWarning is shown under the scope choices while approve is
+// checked: what giving it means, in plain words.
+const approveWarning = "⚠ This device may approve or deny requests made to this computer: delegations, capability calls, and denying new pairings (never its own requests, never approving a pairing). Give it only to a device you keep with you."
+
+// newApproveWarning returns the warning label for a scope choice group; call
+// its sync with the selection whenever it changes.
+func newApproveWarning() (*widget.Label, func(selected []string)) {
+	l := wrapLabel(approveWarning)
+	l.Importance = widget.WarningImportance
+	l.Hide()
+	return l, func(selected []string) {
+		if slices.Contains(scopesFromLabels(selected), pairing.ScopeApprove) {
+			l.Show()
+		} else {
+			l.Hide()
+		}
+	}
 }
 
 func scopeLabels(s pairing.Scopes) []string {
