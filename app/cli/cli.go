@@ -195,7 +195,8 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 	root.AddCommand(c.idCommand(), c.statusCommand(), c.manifestCommand(), c.a2aCommand(), c.grantCommand(),
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
 		c.lanCommand(), c.pairCommand(), c.peersCommand(),
-		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand())
+		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand(),
+		c.sendCommand())
 	return root
 }
 
