@@ -68,6 +68,9 @@ type GrantToken struct {
 type GrantUpdate struct {
 	Action   string         `json:"action,omitempty"` // pause | resume | revoke | rotate
 	Approval pairing.Policy `json:"approval,omitempty"`
+	// Files is the grant's policy for files it sends
+	// (pairing.Grant.FilesPolicy), given alone.
+	Files pairing.Policy `json:"files_approval,omitempty"`
 }
 
 // Grant actions.

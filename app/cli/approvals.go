@@ -67,6 +67,15 @@ func (c *cli) printApproval(a app.Approval) {
 		fmt.Fprintf(out, "  via:      %s\n", via)
 	}
 	fmt.Fprintf(out, "  request:  %s\n", oneLine(a.Summary, 200))
+	if a.Kind == app.KindFiles {
+		for _, f := range a.Files {
+			fmt.Fprintf(out, "  file:     %s (%s)\n", oneLine(f.Path, 200), humanSize(f.Size))
+		}
+		if a.FilesMore > 0 {
+			fmt.Fprintf(out, "  file:     … and %d more (--json lists the first %d)\n", a.FilesMore, len(a.Files))
+		}
+		fmt.Fprintf(out, "  total:    %s, saved in %s\n", humanSize(a.TotalSize), oneLine(a.Dir, 300))
+	}
 	if a.SAS != "" {
 		fmt.Fprintf(out, "  code:     %s (must match the other screen)\n", spacedSAS(a.SAS))
 	}
@@ -84,7 +93,7 @@ func (c *cli) printApproval(a app.Approval) {
 	switch a.Kind {
 	case app.KindPairing:
 		fmt.Fprintf(out, "  decide:   meshtray approve %s [--scopes agent,node] | meshtray deny %s\n", a.ID, a.ID)
-	case app.KindDelegation:
+	case app.KindDelegation, app.KindFiles:
 		fmt.Fprintf(out, "  decide:   meshtray approve %s [--always] | meshtray deny %s\n", a.ID, a.ID)
 	default:
 		fmt.Fprintf(out, "  decide:   meshtray approve %s | meshtray deny %s\n", a.ID, a.ID)
@@ -116,7 +125,7 @@ func (c *cli) approveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if d.Always && a.Kind != app.KindDelegation {
+			if d.Always && a.Kind != app.KindDelegation && a.Kind != app.KindFiles {
 				return usageError{fmt.Errorf("--always is for delegations (it lets every later delegation of that device run unasked); %s is a %s request", a.ID, a.Kind)}
 			}
 			if len(d.Scopes) > 0 && a.Kind != app.KindPairing {
@@ -139,6 +148,11 @@ func (c *cli) approveCommand() *cobra.Command {
 				if d.Always {
 					fmt.Fprintf(out, "every later delegation from %s runs without asking (meshtray grant set %s --approval ask undoes it)\n", from, a.GrantID)
 				}
+			case app.KindFiles:
+				fmt.Fprintf(out, "approved %s: files from %s: %s\n", a.ID, from, oneLine(a.Summary, 120))
+				if d.Always {
+					fmt.Fprintf(out, "every later transfer from %s is saved without asking (meshtray grant set %s --files ask undoes it)\n", from, a.GrantID)
+				}
 			default:
 				fmt.Fprintf(out, "approved %s: %s from %s: %s\n", a.ID, a.Kind, from, oneLine(a.Summary, 120))
 			}
@@ -146,7 +160,7 @@ func (c *cli) approveCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&scopes, "scopes", "", "pairing: scopes to grant (agent, node, full; default: those requested, never full)")
-	cmd.Flags().BoolVar(&always, "always", false, "delegations: always allow from this device from now on")
+	cmd.Flags().BoolVar(&always, "always", false, "delegations and files: always allow from this device from now on (files: only files)")
 	return cmd
 }
 
