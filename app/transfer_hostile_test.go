@@ -245,11 +245,12 @@ func TestReceiveFromHostileSender(t *testing.T) {
 		refused(t, "over this device's limits", parts[:files.DefaultMaxFiles+1]...)
 	})
 
-	t.Run("a size over the cap, and more than the disk has", func(t *testing.T) {
+	t.Run("sizes over the caps", func(t *testing.T) {
 		refused(t, "over this device's limits", announced("big.iso", files.DefaultMaxFileSize+1, hexSum(evil)))
-		refused(t, "not enough free space", announced("a.iso", files.DefaultMaxFileSize, hexSum(evil)),
+		refused(t, "over this device's limits", announced("a.iso", files.DefaultMaxFileSize, hexSum(evil)),
 			announced("b.iso", files.DefaultMaxFileSize, hexSum(evil)), announced("c.iso", files.DefaultMaxFileSize, hexSum(evil)),
-			announced("d.iso", files.DefaultMaxFileSize, hexSum(evil)))
+			announced("d.iso", files.DefaultMaxFileSize, hexSum(evil)), announced("e.iso", 1, hexSum(evil)))
+		refused(t, "negative size", announced("neg.iso", -1, hexSum(evil)))
 	})
 
 	t.Run("lying about a size while sending", func(t *testing.T) {
