@@ -302,6 +302,69 @@ func TestReceiveFromHostileSender(t *testing.T) {
 		}
 	})
 
+	t.Run("A2A 1.0: url, filename, mediaType and raw", func(t *testing.T) {
+		rpc := func(method string, params any) map[string]any {
+			t.Helper()
+			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+			req, _ := http.NewRequest(http.MethodPost, s.https+"/a2a/v1", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+s.token)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("A2A-Version", "1.0")
+			resp, err := s.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var out map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out["result"] == nil {
+				t.Fatalf("%s: %v %v", method, out, err)
+			}
+			return out["result"].(map[string]any)
+		}
+		taskOf := func(res map[string]any) map[string]any {
+			if t, ok := res["task"].(map[string]any); ok {
+				return t
+			}
+			return res
+		}
+		stateOf := func(id string) (string, map[string]any) {
+			task := taskOf(rpc("GetTask", map[string]any{"id": id}))
+			return task["status"].(map[string]any)["state"].(string), task
+		}
+		data := []byte("one-oh\n")
+		res := rpc("SendMessage", map[string]any{
+			"message": map[string]any{"messageId": "m-10a", "role": "ROLE_USER", "parts": []any{
+				map[string]any{"url": files.NamedInfoURI(hexSum(data)), "filename": "v1.txt", "mediaType": "text/plain",
+					"metadata": map[string]any{files.PartMetadataKey: map[string]any{"path": "v1/v1.txt", "size": len(data), "sha256": hexSum(data)}}},
+				map[string]any{"raw": base64.StdEncoding.EncodeToString(data), "filename": "raw.txt", "mediaType": "text/plain"},
+			}},
+			"configuration": map[string]any{"returnImmediately": true},
+		})
+		id := taskOf(res)["id"].(string)
+		// Working with a status message: the transfer has begun.
+		apptest.WaitFor(t, 30*time.Second, "the 1.0 task to take bytes", func() bool {
+			st, task := stateOf(id)
+			return st == "TASK_STATE_WORKING" && task["status"].(map[string]any)["message"] != nil
+		})
+		if code, body := s.put(a2a.TaskID(id), 0, data, ""); code != http.StatusCreated {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+		var st string
+		var task map[string]any
+		apptest.WaitFor(t, 30*time.Second, "the 1.0 task to end", func() bool {
+			st, task = stateOf(id)
+			return st != "TASK_STATE_WORKING"
+		})
+		if st != "TASK_STATE_COMPLETED" {
+			t.Fatalf("1.0 task: %v", task)
+		}
+		for _, p := range []string{"v1/v1.txt", "raw.txt"} {
+			if got, err := os.ReadFile(filepath.Join(b.FilesDir, p)); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s: %q %v", p, got, err)
+			}
+		}
+	})
+
 	t.Run("cancel removes the partial files", func(t *testing.T) {
 		big := bytes.Repeat([]byte("x"), 1<<20)
 		task := s.working(s.announce(announced("half.bin", 2<<20, hexSum(append(big, big...)))).ID)
