@@ -417,3 +417,30 @@ func TestSendLargeFileAcrossNamespaces(t *testing.T) {
 	routeThrough(t, a, "https://"+ln.Addr().String())
 	sendBigThroughCut(t, a, b, proxy)
 }
+
+// TestSendInterrupted: Ctrl-C on `meshtray send` while the bytes flow
+// cancels the transfer at the receiver, which removes its partial file
+// and keeps no task running.
+func TestSendInterrupted(t *testing.T) {
+	a, b := sendPair(t)
+	src := sparseFile(t, 1<<30)
+	run := startCLI(t, a, "send", "bee", src)
+	decide(t, b, approvalOf(t, b, app.KindFiles).ID, true)
+	apptest.WaitFor(t, 60*time.Second, "a partial file on the receiver", func() bool { return len(partials(t, b.FilesDir)) > 0 })
+	if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if r := run.wait(t, 30*time.Second); r.Code == 0 {
+		t.Fatalf("send exited 0 after Ctrl-C:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+	apptest.WaitFor(t, 30*time.Second, "the receiver to drop the transfer", func() bool {
+		var st app.A2AStatus
+		if err := b.Client.Do(context.Background(), "GET", "/a2a/status", nil, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.LiveTasks == 0 && len(partials(t, b.FilesDir)) == 0
+	})
+	if ents, _ := os.ReadDir(b.FilesDir); len(ents) != 0 {
+		t.Fatalf("left in the receive folder: %v", ents)
+	}
+}
