@@ -43,6 +43,9 @@ go test -count=1 -run '^TestBenchHostile$' -v -timeout 20m ./app | grep -v -e '^
 section "Files: sender -> receiver over pinned TLS vs curl -T to a bare Go HTTPS server (1 GiB, MB/s, peak RSS)"
 go test -count=1 -run '^TestBenchReport$' -v -timeout 20m ./files | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
 
+section "Files between two nodes: meshtray send on loopback vs curl -T to a bare Go HTTPS server (1 GiB, MB/s, peak RSS of both sides)"
+go test -count=1 -run '^TestBenchFiles$' -v -timeout 20m ./app | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$' -e 'level='
+
 if [ -x .ci/bench-tray.sh ]; then
   section "Tray: idle CPU, RSS, registration, popup latency vs bare systray"
   .ci/bench-tray.sh

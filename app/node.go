@@ -846,8 +846,14 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 			err = &noGrantError{id: clipID(id)}
 		}
 	}()
-	if (u.Action == "") == (u.Approval == "") {
-		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate) or "approval" (ask, allow, deny)`)
+	if u.Files != "" && u.Action == "" && u.Approval == "" {
+		if _, err := pairing.ParsePolicy(string(u.Files)); err != nil {
+			return GrantToken{}, badRequest("files_approval: %v", err)
+		}
+		return GrantToken{}, n.grants.SetFilesPolicy(id, u.Files)
+	}
+	if (u.Action == "") == (u.Approval == "") || u.Files != "" {
+		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate), "approval" or "files_approval" (ask, allow, deny)`)
 	}
 	where, err := checkWhere(u.Where)
 	if err != nil {

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,49 +45,89 @@ const DefaultTransferIdle = 10 * time.Minute
 
 // receiving is the node's receive side; set by Start.
 type receiving struct {
-	recv *files.Receiver // nil when the folder could not be opened (err says why)
-	err  error
-	idle time.Duration
+	dir    string // "" when there is none (dirErr says why)
+	dirErr error
+	limits files.Limits
+	idle   time.Duration
+	log    *slog.Logger
 
 	mu       sync.Mutex
+	recv     *files.Receiver    // opened on first use, or at start when the folder exists; guarded by mu
+	closed   bool               // guarded by mu
 	received []ReceivedTransfer // newest first, at most maxReceivedKept; guarded by mu
 }
 
-// startFiles opens the receive folder (files.dir, default files.DefaultDir)
-// with the configured caps. A folder that cannot be opened does not stop
-// the node: transfers are refused, saying why.
+// startFiles sets up the receive folder (files.dir, default
+// files.DefaultDir) with the configured caps. A folder that exists is
+// opened now, which removes the partial files a previous run left; one
+// that does not is created when the first transfer is asked for, so a
+// device that never receives gets no folder.
 func (n *Node) startFiles() {
 	fc := n.cfg.Files
-	rv := &receiving{idle: DefaultTransferIdle}
-	n.recv = rv
-	dir := fc.Dir
-	if dir == "" {
-		d, err := files.DefaultDir()
-		if err != nil {
-			rv.err = fmt.Errorf("no receive folder: %w (set files.dir in config.toml)", err)
-			n.log.Warn("files cannot be received", "err", rv.err)
-			return
-		}
-		dir = d
-	}
-	r, err := files.NewReceiver(dir, files.Limits{
+	rv := &receiving{idle: DefaultTransferIdle, log: n.log.With("pkg", "files"), limits: files.Limits{
 		MaxFileSize:     int64(fc.MaxFileSize),
 		MaxTransferSize: int64(fc.MaxTransferSize),
 		MaxFiles:        fc.MaxFiles,
 		KeepFree:        int64(fc.KeepFree),
-	}, n.log.With("pkg", "files"))
+	}}
+	n.recv = rv
+	rv.dir = fc.Dir
+	if rv.dir == "" {
+		d, err := files.DefaultDir()
+		if err != nil {
+			rv.dirErr = fmt.Errorf("no receive folder: %w (set files.dir in config.toml)", err)
+			n.log.Warn("files cannot be received", "err", rv.dirErr)
+			return
+		}
+		rv.dir = d
+	}
+	if _, err := os.Stat(rv.dir); err == nil {
+		if _, err := rv.receiver(); err != nil {
+			n.log.Warn("files cannot be received", "err", err)
+		}
+	}
+}
+
+// receiver returns the open receiver, opening (and creating) the folder
+// the first time.
+func (rv *receiving) receiver() (*files.Receiver, error) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	if rv.recv != nil {
+		return rv.recv, nil
+	}
+	if rv.dirErr != nil {
+		return nil, rv.dirErr
+	}
+	if rv.closed {
+		return nil, files.ErrClosed
+	}
+	r, err := files.NewReceiver(rv.dir, rv.limits, rv.log)
 	if err != nil {
-		rv.err = fmt.Errorf("the receive folder %s cannot be used: %w", dir, err)
-		n.log.Warn("files cannot be received", "err", rv.err)
-		return
+		return nil, fmt.Errorf("the receive folder %s cannot be used: %w", rv.dir, err)
 	}
 	rv.recv = r
+	return r, nil
+}
+
+// opened is the receiver if it was opened (nil otherwise).
+func (rv *receiving) opened() *files.Receiver {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return rv.recv
 }
 
 // closeFiles cancels unfinished transfers (their partial files removed).
 func (n *Node) closeFiles() {
-	if n.recv != nil && n.recv.recv != nil {
-		n.recv.recv.Close()
+	if n.recv == nil {
+		return
+	}
+	n.recv.mu.Lock()
+	r := n.recv.recv
+	n.recv.closed = true
+	n.recv.mu.Unlock()
+	if r != nil {
+		r.Close()
 	}
 }
 
@@ -93,20 +135,25 @@ func (n *Node) closeFiles() {
 // approved for (its sender is the grant ID), over TLS only: the pinned
 // HTTPS listeners and the loopback port's TLS side.
 func (n *Node) filesHandler() http.Handler {
-	var h http.Handler = http.NotFoundHandler()
-	if n.recv != nil && n.recv.recv != nil {
-		h = n.recv.recv.Handler(func(r *http.Request) string {
-			if p, ok := pairing.PrincipalFrom(r.Context()); ok && p != nil && !p.Local {
-				return p.Grant.ID
-			}
-			return "\x00" // matches no transfer
-		})
+	senderOf := func(r *http.Request) string {
+		if p, ok := pairing.PrincipalFrom(r.Context()); ok && p != nil && !p.Local {
+			return p.Grant.ID
+		}
+		return "\x00" // matches no transfer
 	}
+	var once sync.Once
+	var h http.Handler
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil {
 			writeError(w, http.StatusForbidden, errors.New("files are received over https only"))
 			return
 		}
+		recv := n.recv.opened()
+		if recv == nil {
+			http.NotFound(w, r) // no transfer was ever begun
+			return
+		}
+		once.Do(func() { h = recv.Handler(senderOf) })
 		h.ServeHTTP(w, r)
 	})
 }
@@ -246,14 +293,10 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 	if err != nil {
 		return agent.Decision{Reason: err.Error()}
 	}
-	if n.recv == nil || n.recv.recv == nil {
-		reason := "this device cannot receive files"
-		if n.recv != nil && n.recv.err != nil {
-			reason += ": " + n.recv.err.Error()
-		}
-		return agent.Decision{Reason: reason}
+	recv, err := n.recv.receiver()
+	if err != nil {
+		return agent.Decision{Reason: "this device cannot receive files: " + err.Error()}
 	}
-	recv := n.recv.recv
 	if err := recv.Check(in.manifest); err != nil {
 		return agent.Decision{Reason: refusalText(err)}
 	}
@@ -330,9 +373,9 @@ func refusalText(err error) string {
 // result artifact, failed with the reason, or (ctx canceled) canceled with
 // the partial files removed. The transfer is forgotten when the task ends.
 func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incoming) {
-	recv := n.recv.recv
-	if recv == nil {
-		ex.Fail("this device cannot receive files")
+	recv, err := n.recv.receiver()
+	if err != nil {
+		ex.Fail("this device cannot receive files: " + err.Error())
 		return
 	}
 	id := string(ex.TaskID())

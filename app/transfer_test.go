@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,6 +177,23 @@ func TestSendFilesBetweenPairedNodes(t *testing.T) {
 			if g.Name == "ant" && (g.FilesPolicy != "allow" || g.Policy == "allow") {
 				t.Fatalf("grant after always: %+v", g)
 			}
+		}
+	})
+
+	t.Run("meshtray send, allowed by the policy", func(t *testing.T) {
+		r := mustCLI(t, a, "send", "bee", filepath.Join(src, "Trip"))
+		want := sha256File(t, filepath.Join(src, "Trip", "sub", "day2.txt"))
+		if !strings.Contains(r.Stdout, "saved in "+b.FilesDir) || !strings.Contains(r.Stdout, want) ||
+			!strings.Contains(r.Stderr, "completed") || !strings.Contains(r.Stderr, "sent Trip/sub/day2.txt") {
+			t.Fatalf("send:\nstdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+		}
+		r = mustCLI(t, a, "send", "bee", filepath.Join(src, "note.txt"), "--json")
+		var res app.SendResult
+		if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil || res.State != "completed" || len(res.Files) != 1 {
+			t.Fatalf("send --json: %s (%v)", r.Stdout, err)
+		}
+		if r := a.CLI("send", "nobody", filepath.Join(src, "note.txt")); r.Code != 1 || !strings.Contains(r.Stderr, "no peer") {
+			t.Fatalf("send to nobody: exit %d, %s", r.Code, r.Stderr)
 		}
 	})
 

@@ -72,6 +72,9 @@ type GrantUpdate struct {
 	Action   string         `json:"action,omitempty"` // pause | resume | revoke | rotate
 	Approval pairing.Policy `json:"approval,omitempty"`
 	Where    string         `json:"where,omitempty"` // as GrantRequest.Where
+	// Files is the grant's policy for files it sends
+	// (pairing.Grant.FilesPolicy), given alone.
+	Files pairing.Policy `json:"files_approval,omitempty"`
 }
 
 // Grant actions.

@@ -103,7 +103,7 @@ func (c *cli) printApproval(a app.Approval) {
 	switch a.Kind {
 	case app.KindPairing:
 		fmt.Fprintf(out, "  decide:   meshtray approve %s [--scopes agent,node] | meshtray deny %s\n", a.ID, a.ID)
-	case app.KindDelegation:
+	case app.KindDelegation, app.KindFiles:
 		fmt.Fprintf(out, "  decide:   meshtray approve %s [--always] | meshtray deny %s\n", a.ID, a.ID)
 	default:
 		fmt.Fprintf(out, "  decide:   meshtray approve %s | meshtray deny %s\n", a.ID, a.ID)
@@ -134,6 +134,15 @@ func (c *cli) printApprovalBody(a app.Approval) {
 	fmt.Fprintf(out, "  request:  %s\n", oneLine(a.Summary, 200))
 	if a.Kind == app.KindPairing && a.Scopes.Has(pairing.ScopeApprove) {
 		fmt.Fprintln(out, "  warning:  it asks for approve: that device could approve or deny the requests made to this one (never granted unless you name it)")
+	}
+	if a.Kind == app.KindFiles {
+		for _, f := range a.Files {
+			fmt.Fprintf(out, "  file:     %s (%s)\n", oneLine(f.Path, 200), humanSize(f.Size))
+		}
+		if a.FilesMore > 0 {
+			fmt.Fprintf(out, "  file:     … and %d more (--json lists the first %d)\n", a.FilesMore, len(a.Files))
+		}
+		fmt.Fprintf(out, "  total:    %s, saved in %s\n", humanSize(a.TotalSize), oneLine(a.Dir, 300))
 	}
 	if a.SAS != "" {
 		fmt.Fprintf(out, "  code:     %s (must match the other screen)\n", spacedSAS(a.SAS))
@@ -182,7 +191,7 @@ func (c *cli) approveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if d.Always && a.Kind != app.KindDelegation {
+			if d.Always && a.Kind != app.KindDelegation && a.Kind != app.KindFiles {
 				return usageError{fmt.Errorf("--always is for delegations (it lets every later delegation of that device run unasked); %s is a %s request", a.ID, a.Kind)}
 			}
 			if len(d.Scopes) > 0 && a.Kind != app.KindPairing {
@@ -205,6 +214,11 @@ func (c *cli) approveCommand() *cobra.Command {
 				if d.Always {
 					fmt.Fprintf(out, "every later delegation from %s runs without asking (meshtray grant set %s --approval ask undoes it)\n", from, a.GrantID)
 				}
+			case app.KindFiles:
+				fmt.Fprintf(out, "approved %s: files from %s: %s\n", a.ID, from, oneLine(a.Summary, 120))
+				if d.Always {
+					fmt.Fprintf(out, "every later transfer from %s is saved without asking (meshtray grant set %s --files ask undoes it)\n", from, a.GrantID)
+				}
 			default:
 				fmt.Fprintf(out, "approved %s: %s from %s: %s\n", a.ID, a.Kind, from, oneLine(a.Summary, 120))
 			}
@@ -212,7 +226,7 @@ func (c *cli) approveCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&scopes, "scopes", "", "pairing: scopes to grant (agent, node, full, approve; default: those requested, never full or approve)")
-	cmd.Flags().BoolVar(&always, "always", false, "delegations: always allow from this device from now on")
+	cmd.Flags().BoolVar(&always, "always", false, "delegations and files: always allow from this device from now on (files: only files)")
 	cmd.Flags().StringVar(&on, "on", "", "decide a request waiting on DEVICE (a paired device that gave this one the approve scope)")
 	return cmd
 }

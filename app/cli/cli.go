@@ -196,7 +196,7 @@ surface when published, discovery, pairing. Stops cleanly on SIGINT/SIGTERM.`,
 		c.devicesCommand(), c.approvalsCommand(), c.approveCommand(), c.denyCommand(),
 		c.lanCommand(), c.pairCommand(), c.peersCommand(),
 		c.agentsCommand(), c.delegateCommand(), c.answerCommand(), c.cancelCommand(), c.outboundCommand(), c.forwardCommand(),
-		c.auditCommand())
+		c.auditCommand(), c.sendCommand())
 	return root
 }
 

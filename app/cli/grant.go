@@ -104,29 +104,43 @@ func (c *cli) grantCommand() *cobra.Command {
 			},
 		})
 	}
-	var setApproval string
+	var setApproval, setFiles string
 	set := &cobra.Command{
-		Use:   "set ID --approval ask|allow|deny",
-		Short: "Set a grant's approval policy for delegations",
+		Use:   "set ID --approval ask|allow|deny | --files ask|allow|deny",
+		Short: "Set a grant's approval policy for delegations, or for files it sends",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := pairing.ParsePolicy(setApproval)
-			if err != nil || setApproval == "" {
-				return usageError{errors.New("--approval ask|allow|deny is required")}
+			if (setApproval == "") == (setFiles == "") {
+				return usageError{errors.New("give one of --approval ask|allow|deny or --files ask|allow|deny")}
+			}
+			u := app.GrantUpdate{}
+			what, flag, val := "approval", "approval", setApproval
+			if setFiles != "" {
+				what, flag, val = "files approval", "files", setFiles
+			}
+			p, err := pairing.ParsePolicy(val)
+			if err != nil {
+				return usageError{fmt.Errorf("--%s ask|allow|deny is required (%v)", flag, err)}
+			}
+			if setFiles != "" {
+				u.Files = p
+			} else {
+				u.Approval = p
 			}
 			cl, ctx, done, err := c.api(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			if _, err := cl.UpdateGrant(ctx, args[0], app.GrantUpdate{Approval: p}); err != nil {
+			if _, err := cl.UpdateGrant(ctx, args[0], u); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.opts.Stdout, "grant %s: approval %s\n", args[0], p)
+			fmt.Fprintf(c.opts.Stdout, "grant %s: %s %s\n", args[0], what, p)
 			return nil
 		},
 	}
-	set.Flags().StringVar(&setApproval, "approval", "", "ask, allow or deny")
+	set.Flags().StringVar(&setApproval, "approval", "", "delegations: ask, allow or deny")
+	set.Flags().StringVar(&setFiles, "files", "", "files sent by the grant's device: ask (the default), allow or deny")
 	grant.AddCommand(set)
 	return grant
 }

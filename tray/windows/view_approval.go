@@ -39,6 +39,8 @@ type approvalView struct {
 	summary   *widget.Label
 	detail    *widget.Label
 	detailBox *container.Scroll
+	files     *widget.Label // a transfer's files, total and folder
+	filesBox  *fyne.Container
 	sasBox    *fyne.Container
 	sas       *widget.Label
 	scopesBox *fyne.Container
@@ -66,6 +68,11 @@ func newApprovalView(onDecide func(app.Approval, app.ApprovalDecision)) *approva
 	v.detail.TextStyle = fyne.TextStyle{Monospace: true}
 	v.detailBox = container.NewVScroll(v.detail)
 	v.detailBox.SetMinSize(fyne.NewSize(0, 90))
+	v.files = wrapLabel("")
+	v.files.TextStyle = fyne.TextStyle{Monospace: true}
+	filesScroll := container.NewVScroll(v.files)
+	filesScroll.SetMinSize(fyne.NewSize(0, 120))
+	v.filesBox = container.NewVBox(boldLabel("Files"), filesScroll)
 	v.sas = widget.NewLabel("")
 	v.sas.TextStyle = fyne.TextStyle{Monospace: true, Bold: true}
 	v.sas.SizeName = theme.SizeNameHeadingText
@@ -90,7 +97,7 @@ func newApprovalView(onDecide func(app.Approval, app.ApprovalDecision)) *approva
 	who := formRows(fieldName("From"), v.from, fieldName("Via"), v.via)
 	what := container.NewVBox(fieldName("Asks"), v.summary, v.detailBox)
 	body := container.NewVBox(top, widget.NewSeparator(), who, widget.NewSeparator(), what,
-		v.sasBox, v.scopesBox, v.always, v.errText)
+		v.filesBox, v.sasBox, v.scopesBox, v.always, v.errText)
 	bottom := container.NewVBox(widget.NewSeparator(),
 		container.NewHBox(v.left, layout.NewSpacer(), v.deny, v.approve))
 	v.root = container.NewPadded(newFixedWidth(500, container.NewBorder(nil, bottom, nil, nil, container.NewVScroll(body))))
@@ -189,7 +196,7 @@ func (v *approvalView) render() {
 	if !ok {
 		v.title.SetText("Nothing waiting for you")
 		v.position.SetText("")
-		for _, o := range []fyne.CanvasObject{v.prev, v.next, v.sasBox, v.scopesBox, v.always, v.detailBox} {
+		for _, o := range []fyne.CanvasObject{v.prev, v.next, v.sasBox, v.scopesBox, v.always, v.detailBox, v.filesBox} {
 			o.Hide()
 		}
 		v.from.SetText("")
@@ -226,6 +233,13 @@ func (v *approvalView) render() {
 	} else {
 		v.detail.SetText("")
 		v.detailBox.Hide()
+	}
+	if a.Kind == app.KindFiles {
+		v.files.SetText(filesText(a))
+		v.filesBox.Show()
+	} else {
+		v.files.SetText("")
+		v.filesBox.Hide()
 	}
 	if a.Kind == app.KindPairing {
 		v.sas.SetText(groupSAS(a.SAS))
@@ -264,14 +278,23 @@ func (v *approvalView) render() {
 // sets that grant's policy to allow. A capability call's approval does not
 // offer it: allowing the whole grant from one call's popup would allow
 // every capability and every delegation of that device at once.
+//
+// For files it is "Always allow files from this device": the grant's files
+// policy, apart from its delegation policy.
 func offersAlways(a app.Approval) bool {
-	return a.Kind == app.KindDelegation && a.GrantID != ""
+	return (a.Kind == app.KindDelegation || a.Kind == app.KindFiles) && a.GrantID != ""
 }
 
 // alwaysLabel names what "always allow" covers: the device when the grant
 // belongs to a paired device, else the grant (a token minted for a script
 // or an agent is not a device).
 func alwaysLabel(a app.Approval) string {
+	if a.Kind == app.KindFiles {
+		if a.DeviceID != "" {
+			return "Always allow files from this device"
+		}
+		return "Always allow files from this grant (" + textsafe.EscapeInvisible(a.Peer) + ")"
+	}
 	if a.DeviceID != "" {
 		return "Always allow from this device"
 	}
@@ -294,6 +317,8 @@ func approvalTitle(a app.Approval) string {
 		return "Capability call from " + who
 	case app.KindPairing:
 		return who + " wants to pair"
+	case app.KindFiles:
+		return "Files from " + who
 	}
 	return "Request from " + who
 }
@@ -319,3 +344,37 @@ func fromText(a app.Approval) string {
 // becomes a visible \uXXXX escape, as the CLI and the one-line summary
 // show them (textsafe.EscapeInvisibleText; Trojan Source, CVE-2021-42574).
 func escapeLines(s string) string { return textsafe.EscapeInvisibleText(s) }
+
+// filesText lists a transfer's files, one a line with its size (the paths
+// come escaped from the node; escaped again here, which changes nothing in
+// an escaped text), then the count and total and the folder they go to.
+func filesText(a app.Approval) string {
+	var b strings.Builder
+	for _, f := range a.Files {
+		fmt.Fprintf(&b, "%s  (%s)\n", textsafe.EscapeInvisible(f.Path), sizeText(f.Size))
+	}
+	if a.FilesMore > 0 {
+		fmt.Fprintf(&b, "… and %d more\n", a.FilesMore)
+	}
+	n := len(a.Files) + a.FilesMore
+	noun := "files"
+	if n == 1 {
+		noun = "file"
+	}
+	fmt.Fprintf(&b, "\n%d %s, %s in all\nSaved in %s", n, noun, sizeText(a.TotalSize), textsafe.EscapeInvisible(a.Dir))
+	return b.String()
+}
+
+// sizeText writes n bytes in IEC units ("1.5 GiB").
+func sizeText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -199,6 +199,7 @@ func TestApprovalViewAlwaysOnlyForDelegations(t *testing.T) {
 		{"capability call from a grant", app.Approval{Kind: app.KindCapability, GrantID: "g1", Peer: "phone", Summary: "clipboard.read"}, false},
 		{"capability call of the owner", app.Approval{Kind: app.KindCapability, Peer: "this device", Summary: "clipboard.read"}, false},
 		{"pairing", app.Approval{Kind: app.KindPairing, Peer: "desk", SAS: "123456"}, false},
+		{"files from a paired device", app.Approval{Kind: app.KindFiles, GrantID: "g3", Peer: "phone", DeviceID: "ABCDEFG"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,7 +213,7 @@ func TestApprovalViewAlwaysOnlyForDelegations(t *testing.T) {
 				t.Fatalf("'Always allow' visible = %v, want %v", v.always.Visible(), tt.offers)
 			}
 			// It names what it covers: a token minted for a script is not a device.
-			if want := map[string]string{"g1": "Always allow from this device", "g2": "Always allow this grant (curl-agent)"}[a.GrantID]; tt.offers && v.always.Text != want {
+			if want := map[string]string{"g1": "Always allow from this device", "g2": "Always allow this grant (curl-agent)", "g3": "Always allow files from this device"}[a.GrantID]; tt.offers && v.always.Text != want {
 				t.Errorf("label %q, want %q", v.always.Text, want)
 			}
 			v.always.SetChecked(true) // even if set behind the owner's back
@@ -342,5 +343,30 @@ func TestApprovalDetailShowsHiddenCharacters(t *testing.T) {
 	want := "Backup finished OK \\u202Eetelpmoc\\u202C\nplease approve\\u200B now"
 	if v.detail.Text != want {
 		t.Fatalf("detail %q, want %q", v.detail.Text, want)
+	}
+}
+
+// TestApprovalViewFiles: a transfer's popup shows the sender, every file
+// with its size (hidden characters visible), how many more, the total and
+// the folder they go to.
+func TestApprovalViewFiles(t *testing.T) {
+	newTestApp(t)
+	v := newApprovalView(func(app.Approval, app.ApprovalDecision) {})
+	test.NewTempWindow(t, v.root)
+	v.set([]app.Approval{{ID: "F1", Kind: app.KindFiles, GrantID: "g1", Peer: "ant", DeviceID: "ABCDEFG",
+		Summary: "send 2 files (1.5 GiB): a.mp4, x", Expires: time.Now().Add(time.Minute),
+		Files:     []app.ApprovalFile{{Path: "Trip/a.mp4", Size: 3 << 29}, {Path: "evil\u202etxt.exe", Size: 10}},
+		FilesMore: 3, TotalSize: 3<<29 + 10 + 300, Dir: "/home/me/Downloads/meshtray"}})
+	if v.title.Text != "Files from ant" || !v.filesBox.Visible() {
+		t.Fatalf("title %q, files shown %v", v.title.Text, v.filesBox.Visible())
+	}
+	for _, want := range []string{"Trip/a.mp4  (1.5 GiB)", "evil\\u202Etxt.exe  (10 B)", "… and 3 more", "5 files, 1.5 GiB in all", "Saved in /home/me/Downloads/meshtray"} {
+		if !strings.Contains(v.files.Text, want) {
+			t.Errorf("files text lacks %q:\n%s", want, v.files.Text)
+		}
+	}
+	v.set([]app.Approval{{ID: "D1", Kind: app.KindDelegation, GrantID: "g1", Peer: "ant", Summary: "device.info", Expires: time.Now().Add(time.Minute)}})
+	if v.filesBox.Visible() {
+		t.Error("files shown for a delegation")
 	}
 }

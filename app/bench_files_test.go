@@ -1,0 +1,179 @@
+//go:build linux
+
+package app_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"meshtray/app"
+	"meshtray/keychain"
+	"meshtray/pairing"
+)
+
+// benchFilesChildEnv makes this test binary the bare HTTPS server of
+// TestBenchFiles (TestBenchFilesServer).
+const benchFilesChildEnv = "MESHTRAY_BENCH_FILES_SERVER"
+
+// TestBenchFiles prints the throughput of a file sent between two real
+// nodes paired on loopback (meshtray send's path: the announcement, the
+// approval by policy, the upload over pinned TLS, the receiver writing,
+// hashing and fsyncing) beside curl -T uploading the same file over TLS to
+// a bare Go HTTPS server that writes and fsyncs it, in the same run; and
+// the peak RSS of both sides. Figures are printed, never asserted. It runs
+// only with MESHTRAY_BENCH=1 (.ci/bench.sh).
+func TestBenchFiles(t *testing.T) {
+	if os.Getenv("MESHTRAY_BENCH") != "1" {
+		t.Skip("set MESHTRAY_BENCH=1")
+	}
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatal("curl is needed: apt-get install -y curl")
+	}
+	const size = 1 << 30
+	src := filepath.Join(t.TempDir(), "payload.bin")
+	writeRandomFile(t, src, size)
+
+	type figure struct {
+		secs, uploadSecs float64
+		sendRSS, recvRSS int64
+	}
+	bare := func() figure {
+		dir := t.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBenchFilesServer$")
+		cmd.Env = append(os.Environ(), benchFilesChildEnv+"=1", "DIR="+dir)
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var url string
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
+				url = u
+				break
+			}
+		}
+		go io.Copy(io.Discard, out)
+		if url == "" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("bare server did not start")
+		}
+		c := exec.Command(curl, "-sS", "-k", "--http1.1", "-T", src, "-o", "/dev/null", "-w", "%{time_total}", url+"/upload")
+		res, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, res)
+		}
+		var secs float64
+		fmt.Sscanf(string(res), "%g", &secs)
+		in.Close()
+		cmd.Wait()
+		return figure{secs: secs, uploadSecs: secs, sendRSS: rusageMaxRSS(c.ProcessState), recvRSS: rusageMaxRSS(cmd.ProcessState)}
+	}
+	ours := func() figure {
+		a, b := sendPair(t)
+		allowFiles(t, b, "ant")
+		var upStart time.Time
+		start := time.Now()
+		res, err := a.Client.SendFiles(context.Background(), "bee", []string{src}, func(ev app.SendEvent) {
+			if ev.Type == app.SendEventState && ev.State == "working" && upStart.IsZero() {
+				upStart = time.Now()
+			}
+		})
+		end := time.Now()
+		if err != nil || res.State != "completed" {
+			t.Fatalf("send: %+v %v", res, err)
+		}
+		os.Remove(filepath.Join(b.FilesDir, res.Files[0].Path))
+		f := figure{secs: end.Sub(start).Seconds(), uploadSecs: end.Sub(upStart).Seconds(),
+			sendRSS: vmHWM(t, a.Cmd.Process.Pid), recvRSS: vmHWM(t, b.Cmd.Process.Pid)}
+		a.Stop()
+		b.Stop()
+		return f
+	}
+	mbps := func(secs float64) float64 { return size / secs / 1e6 }
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	fmt.Printf("1 GiB file (random, in the page cache), TLS on loopback, the receiver writes and fsyncs it\n")
+	fmt.Printf("%-44s %9s %11s %14s %14s\n", "", "MB/s", "upload MB/s", "sender RSS", "receiver RSS")
+	var bestOurs, bestUpload, bestBare float64
+	for round := range 3 {
+		b := bare()
+		o := ours()
+		bestOurs, bestUpload, bestBare = max(bestOurs, mbps(o.secs)), max(bestUpload, mbps(o.uploadSecs)), max(bestBare, mbps(b.secs))
+		fmt.Printf("%-44s %9.0f %11s %11.1f MiB %11.1f MiB\n", fmt.Sprintf("curl -T -> bare Go HTTPS server, run %d", round+1), mbps(b.secs), "", mib(b.sendRSS), mib(b.recvRSS))
+		fmt.Printf("%-44s %9.0f %11.0f %11.1f MiB %11.1f MiB\n", fmt.Sprintf("meshtray node -> node (send), run %d", round+1), mbps(o.secs), mbps(o.uploadSecs), mib(o.sendRSS), mib(o.recvRSS))
+	}
+	fmt.Printf("best: node to node %.0f MB/s = %.0f%% of curl's %.0f MB/s (goal >= 80%%); upload alone (after the approval; the sender hashed the file first) %.0f MB/s = %.0f%%\n",
+		bestOurs, 100*bestOurs/bestBare, bestBare, bestUpload, 100*bestUpload/bestBare)
+	fmt.Printf("(node RSS is VmHWM of the whole node process; the bare server's and curl's are ru_maxrss)\n")
+}
+
+// TestBenchFilesServer is the bare HTTPS server of TestBenchFiles when run
+// as its child; skipped otherwise.
+func TestBenchFilesServer(t *testing.T) {
+	if os.Getenv(benchFilesChildEnv) != "1" {
+		t.Skip("bench child only")
+	}
+	id, err := pairing.LoadOrCreateIdentity(keychain.NewMemory(), "bare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		f, err := os.CreateTemp(os.Getenv("DIR"), "up")
+		if err == nil {
+			_, err = io.Copy(f, req.Body)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, TLSConfig: id.ServerTLSConfig(), ReadHeaderTimeout: 10 * time.Second}
+	go srv.ServeTLS(ln, "", "")
+	fmt.Printf("LISTEN https://%s\n", ln.Addr())
+	io.Copy(io.Discard, os.Stdin)
+	srv.Close()
+}
+
+func writeRandomFile(t *testing.T, p string, size int64) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.CopyN(f, rand.Reader, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rusageMaxRSS(ps *os.ProcessState) int64 {
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss << 10
+	}
+	return -1
+}

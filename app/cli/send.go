@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"meshtray/app"
+)
+
+func (c *cli) sendCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "send DEVICE PATH... [--json]",
+		Short: "Send files and folders to a paired device",
+		Long: `Send the files and folders at PATH to DEVICE, a paired device (its name, or
+its device ID or the first 7 or more characters of it; ` + "`meshtray devices`" + `
+lists them). A folder is sent as its files, with their paths inside it; links
+and special files are skipped. The node reads the files (give paths it can
+read) and streams them to the device over its pinned HTTPS connection.
+
+The device's owner is asked first (unless they chose "Always allow files from
+this device"); the files land in its receive folder (files.dir, by default the
+download folder + /meshtray), never replacing a file there ("name (1).ext").
+A cut connection resumes where it stopped. Ctrl-C cancels the transfer: the
+device removes what it had received of unfinished files.
+
+Progress goes to stderr: a bar for the file being sent and one for the whole
+transfer on a terminal, one line per file otherwise. At the end the saved
+files are printed (stdout): path on the device, size, SHA-256. --json prints
+the result object instead ({"task_id", "state", "message", "dir", "files"}).
+
+` + sendExitHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return usageError{errors.New("give a DEVICE and at least one PATH")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			paths := make([]string, 0, len(args)-1)
+			for _, p := range args[1:] {
+				abs, err := filepath.Abs(p)
+				if err != nil {
+					return err
+				}
+				if _, err := os.Stat(abs); err != nil {
+					return err
+				}
+				paths = append(paths, abs)
+			}
+			cl, err := c.dial()
+			if err != nil {
+				return err
+			}
+			pr := newSendPrinter(c.opts.Stderr, c.asJSON)
+			res, err := cl.SendFiles(cmd.Context(), args[0], paths, pr.event)
+			pr.finish()
+			if err != nil {
+				return err
+			}
+			if c.asJSON {
+				if err := c.printJSON(res); err != nil {
+					return err
+				}
+			} else {
+				c.printSendResult(res)
+			}
+			return sendExit(res)
+		},
+	}
+	c.jsonFlag(cmd)
+	return cmd
+}
+
+const sendExitHelp = `Exit codes: 0 every file saved, 10 failed, 11 canceled, 12 rejected (the
+owner or a policy of the device refused, or the device cannot take the files);
+1 when nothing could be sent (unknown device, unreadable path, device
+unreachable), 4 when no node runs.`
+
+// sendExit is the exit code of a transfer's final state.
+func sendExit(res app.SendResult) error {
+	msg := res.Message
+	switch a2a.TaskState(res.State) {
+	case a2a.TaskStateCompleted:
+		return nil
+	case a2a.TaskStateRejected:
+		return &exitError{code: ExitTaskRejected, msg: oneLine(msg, 300)}
+	case a2a.TaskStateCanceled:
+		return &exitError{code: ExitTaskCanceled, msg: oneLine(msg, 300)}
+	case a2a.TaskStateFailed:
+		return &exitError{code: ExitTaskFailed, msg: oneLine(msg, 300)}
+	}
+	return &exitError{code: ExitError, msg: "the transfer ended " + oneLine(res.State+": "+msg, 300)}
+}
+
+func (c *cli) printSendResult(res app.SendResult) {
+	if len(res.Files) == 0 {
+		return
+	}
+	fmt.Fprintf(c.opts.Stdout, "saved in %s:\n", oneLine(res.Dir, 300))
+	w := c.table()
+	for _, f := range res.Files {
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", oneLine(f.Path, 200), humanSize(f.Size), f.SHA256)
+	}
+	w.Flush()
+}
+
+// humanSize writes n bytes in IEC units.
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// sendPrinter shows a transfer's progress on stderr: on a terminal two
+// progress bars (the file, the whole) redrawn at most 10 times a second;
+// otherwise one line per state change and per file finished.
+type sendPrinter struct {
+	w     io.Writer
+	tty   bool
+	quiet bool // --json: state lines only
+
+	mu         sync.Mutex
+	file       *progressbar.ProgressBar
+	total      *progressbar.ProgressBar
+	cur        int // index of the file the bar shows; -1 none
+	drawn      bool
+	last       time.Time
+	lastState  string
+	fileDone   map[int]bool
+	totalBytes int64
+}
+
+func newSendPrinter(w io.Writer, asJSON bool) *sendPrinter {
+	tty := false
+	if f, ok := w.(*os.File); ok && !asJSON {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	return &sendPrinter{w: w, tty: tty, quiet: asJSON, cur: -1, fileDone: map[int]bool{}}
+}
+
+func newBar(max int64, desc string) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(io.Discard), // drawn by sendPrinter, two lines at once
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionUseIECUnits(true),
+		progressbar.OptionSetWidth(24),
+		progressbar.OptionSetTheme(progressbar.ThemeASCII),
+		progressbar.OptionThrottle(0),
+		progressbar.OptionSetPredictTime(true),
+	)
+}
+
+func (p *sendPrinter) event(ev app.SendEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev.Type {
+	case app.SendEventState:
+		line := ev.State
+		if ev.Message != "" {
+			line += ": " + ev.Message
+		}
+		if line == p.lastState {
+			return
+		}
+		p.lastState = line
+		p.clearLocked()
+		fmt.Fprintln(p.w, oneLine(line, 300))
+		p.drawLocked(true)
+	case app.SendEventProgress:
+		if p.quiet {
+			return
+		}
+		if !p.tty {
+			if ev.Done == ev.Size && !p.fileDone[ev.File] {
+				p.fileDone[ev.File] = true
+				fmt.Fprintf(p.w, "sent %s (%s), %s of %s\n", oneLine(ev.Path, 200), humanSize(ev.Size), humanSize(ev.TotalDone), humanSize(ev.Total))
+			}
+			return
+		}
+		if p.total == nil {
+			p.total = newBar(ev.Total, "all files")
+			p.totalBytes = ev.Total
+		}
+		if ev.File != p.cur {
+			if p.file != nil {
+				p.finishFileLocked()
+			}
+			p.cur = ev.File
+			p.file = newBar(ev.Size, trimDesc(ev.Path))
+		}
+		p.file.Set64(ev.Done)
+		p.total.Set64(ev.TotalDone)
+		p.drawLocked(ev.Done == ev.Size)
+	}
+}
+
+// trimDesc fits a path for a bar's description.
+func trimDesc(p string) string {
+	p = oneLine(p, 200)
+	if r := []rune(p); len(r) > 32 {
+		return "…" + string(r[len(r)-31:])
+	}
+	return p
+}
+
+// finishFileLocked leaves the finished file's bar on its own line.
+func (p *sendPrinter) finishFileLocked() {
+	p.clearLocked()
+	fmt.Fprintln(p.w, strings.TrimLeft(p.file.String(), "\r"))
+	p.file = nil
+}
+
+// drawLocked redraws both bars (at most every 100 ms unless force).
+func (p *sendPrinter) drawLocked(force bool) {
+	if !p.tty || p.total == nil {
+		return
+	}
+	if !force && time.Since(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	p.clearLocked()
+	if p.file != nil {
+		fmt.Fprintf(p.w, "%s\n", strings.TrimLeft(p.file.String(), "\r"))
+	} else {
+		fmt.Fprintln(p.w)
+	}
+	fmt.Fprintf(p.w, "\x1b[K%s", strings.TrimLeft(p.total.String(), "\r"))
+	p.drawn = true
+}
+
+// clearLocked erases the two bar lines and leaves the cursor where they
+// began.
+func (p *sendPrinter) clearLocked() {
+	if !p.drawn {
+		return
+	}
+	fmt.Fprint(p.w, "\r\x1b[K\x1b[1A\r\x1b[K")
+	p.drawn = false
+}
+
+// finish ends the display: the last file's bar and the total stay.
+func (p *sendPrinter) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.file != nil {
+		p.finishFileLocked()
+	}
+	if p.tty && p.total != nil {
+		p.clearLocked()
+		fmt.Fprintln(p.w, strings.TrimLeft(p.total.String(), "\r"))
+	}
+}

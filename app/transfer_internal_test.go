@@ -1,0 +1,101 @@
+package app
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"meshtray/files"
+)
+
+// TestParseTransfer: which messages are transfers, and what each FilePart
+// announces.
+func TestParseTransfer(t *testing.T) {
+	sum := sha256Hex([]byte("hello"))
+	ann := announceParts(files.Manifest{Files: []files.Entry{{Name: "a.txt", Path: "Trip/a.txt", Size: 5, SHA256: sum, MediaType: "text/plain"}}})
+	in, err := parseTransfer(a2a.NewMessage(a2a.MessageRoleUser, append(ann, a2a.TextPart{Text: "for you"})...))
+	if err != nil || len(in.manifest.Files) != 1 || in.inline[0] != nil {
+		t.Fatalf("announcement: %+v %v", in, err)
+	}
+	if e := in.manifest.Files[0]; e.Name != "a.txt" || e.Path != "Trip/a.txt" || e.Size != 5 || e.SHA256 != sum || e.MediaType != "text/plain" {
+		t.Fatalf("entry %+v", e)
+	}
+
+	for name, msg := range map[string]*a2a.Message{
+		"text only":       a2a.NewMessage(a2a.MessageRoleUser, a2a.TextPart{Text: "device.info"}),
+		"a data part":     a2a.NewMessage(a2a.MessageRoleUser, append(ann, a2a.DataPart{Data: map[string]any{"capability": "device.info"}})...),
+		"no message":      nil,
+		"no parts at all": a2a.NewMessage(a2a.MessageRoleUser),
+	} {
+		if _, err := parseTransfer(msg); !errors.Is(err, errNotTransfer) {
+			t.Errorf("%s: %v, want not a transfer", name, err)
+		}
+	}
+
+	b64 := base64.StdEncoding.EncodeToString([]byte("hello"))
+	in, err = parseTransfer(a2a.NewMessage(a2a.MessageRoleUser,
+		a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "h.txt", MimeType: "text/plain"}, Bytes: b64}},
+		a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{MimeType: "image/png"}, Bytes: b64}}))
+	if err != nil || string(in.inline[0]) != "hello" || in.manifest.Files[0].SHA256 != sum || in.manifest.Files[0].Size != 5 {
+		t.Fatalf("inline: %+v %v", in, err)
+	}
+	if e := in.manifest.Files[1]; e.Name != "file-2.png" || e.Path != "file-2.png" {
+		t.Errorf("an unnamed file: %+v", e)
+	}
+
+	for name, tc := range map[string]struct {
+		part a2a.Part
+		want string
+	}{
+		"https uri":  {a2a.FilePart{File: a2a.FileURI{URI: "https://example.com/x"}}, "does not fetch files from a URI (https URI given)"},
+		"data uri":   {a2a.FilePart{File: a2a.FileURI{URI: "data:text/plain,hi"}}, "(data URI given)"},
+		"weird uri":  {a2a.FilePart{File: a2a.FileURI{URI: "a/b:c"}}, "(a URI given)"},
+		"ni no meta": {a2a.FilePart{File: a2a.FileURI{URI: files.NamedInfoURI(sum)}}, "needs its \"meshtray.file\" metadata"},
+		"ni other digest": {a2a.FilePart{File: a2a.FileURI{URI: files.NamedInfoURI(sha256Hex(nil))},
+			Metadata: map[string]any{files.PartMetadataKey: map[string]any{"path": "a", "size": 5, "sha256": sum}}}, "different SHA-256"},
+		"bad base64": {a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "x"}, Bytes: "%%%"}}, "not base64"},
+		"path and name differ": {a2a.FilePart{File: a2a.FileURI{FileMeta: a2a.FileMeta{Name: "b.txt"}, URI: files.NamedInfoURI(sum)},
+			Metadata: map[string]any{files.PartMetadataKey: map[string]any{"path": "x/a.txt", "size": 5, "sha256": sum}}}, "does not end in its name"},
+		"metadata not an object": {a2a.FilePart{File: a2a.FileURI{URI: files.NamedInfoURI(sum)},
+			Metadata: map[string]any{files.PartMetadataKey: "yes"}}, "metadata"},
+	} {
+		_, err := parseTransfer(a2a.NewMessage(a2a.MessageRoleUser, tc.part))
+		var et *errTransfer
+		if !errors.As(err, &et) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal saying %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestFilesConfig: files.* in config.toml, sizes with units.
+func TestFilesConfig(t *testing.T) {
+	var c Config
+	if _, err := toml.Decode(`[files]
+dir = "/srv/in"
+max_file_size = "2GiB"
+max_transfer_size = "10 GB"
+max_files = 50
+keep_free = 1048576
+`, &c); err != nil {
+		t.Fatal(err)
+	}
+	f := c.Files
+	if f.Dir != "/srv/in" || f.MaxFileSize != 2<<30 || f.MaxTransferSize != 10e9 || f.MaxFiles != 50 || f.KeepFree != 1<<20 {
+		t.Fatalf("%+v", f)
+	}
+	for _, bad := range []string{"lots", "-1GiB", "1e30GiB", "GiB"} {
+		var b ByteSize
+		if err := b.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("size %q accepted as %d", bad, b)
+		}
+	}
+	c = Defaults()
+	c.StateDir, c.Files.Dir = t.TempDir(), "relative/dir"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "files.dir") {
+		t.Errorf("a relative files.dir: %v", err)
+	}
+}
