@@ -21,7 +21,7 @@ var (
 	IconApproval []byte // an approval is waiting
 )
 
-//go:embed pair/index.html pair/pair.css pair/pair.js
+//go:embed pair/index.html pair/pair.css pair/pair.js pair/files.js pair/vendor/sha256.min.js
 var pairFS embed.FS
 
 // Paths of the phone pairing page. The page is PairPath; its script,
@@ -62,7 +62,11 @@ var pairFiles = func() map[string]pairFile {
 		PairPath:                   {read("pair/index.html"), "text/html; charset=utf-8"},
 		PairAppPrefix + "pair.js":  {read("pair/pair.js"), "text/javascript; charset=utf-8"},
 		PairAppPrefix + "pair.css": {read("pair/pair.css"), "text/css; charset=utf-8"},
-		PairAppPrefix + "icon.png": {IconNormal, "image/png"},
+		// Sending and downloading files (files.js), with the vendored
+		// js-sha256 it hashes large files with (pair/vendor: MIT licence).
+		PairAppPrefix + "files.js":      {read("pair/files.js"), "text/javascript; charset=utf-8"},
+		PairAppPrefix + "sha256.min.js": {read("pair/vendor/sha256.min.js"), "text/javascript; charset=utf-8"},
+		PairAppPrefix + "icon.png":      {IconNormal, "image/png"},
 	}
 }()
 
@@ -71,10 +75,11 @@ var pairFiles = func() map[string]pairFile {
 var modTime = time.Time{}
 
 // PairPage serves the phone pairing page: GET (and HEAD) PairPath is the
-// HTML; PairAppPrefix+{pair.js, pair.css, icon.png} are its script, style
-// sheet and icon; anything else under PairAppPrefix is 404. The page reads
-// the pairing code and fingerprint from the URL fragment (which browsers
-// never send), so no secret ever reaches this handler.
+// HTML; PairAppPrefix+{pair.js, files.js, sha256.min.js, pair.css, icon.png}
+// are its scripts, style sheet and icon; anything else under PairAppPrefix
+// is 404. The page reads the pairing code and fingerprint from the URL
+// fragment (which browsers never send), so no secret ever reaches this
+// handler.
 //
 // Every answer carries the security headers of a page that holds a bearer
 // token: Content-Security-Policy PairCSP, X-Frame-Options DENY (RFC 7034),
