@@ -43,6 +43,7 @@ type Node struct {
 
 	events    hub
 	approvals *Approvals
+	offers    offerTable // files offered to browser-only devices (offers.go)
 
 	// Set by Start; read-only afterwards.
 	lock         *StateLock
@@ -401,6 +402,7 @@ func (n *Node) routes(mux *http.ServeMux) {
 	mux.Handle("GET "+assets.PairPath, a.Public(assets.PairPage()))
 	mux.Handle("GET "+assets.PairAppPrefix, a.Public(assets.PairPage()))
 	n.pairRoutes(mux)
+	n.offerRoutes(mux)
 	n.controlRoutes(mux)
 	n.remoteRoutes(mux)
 }
@@ -530,6 +532,7 @@ func (n *Node) endGrantWork(id string) {
 		tasks = n.agent.CancelOwner(id, reason+" by the owner of this device")
 	}
 	calls := n.work.cancel(id, errors.New(reason))
+	n.offers.endGrant(id, errors.New(reason+" by the owner of this device"))
 	if approvals+tasks+calls > 0 {
 		n.log.Info("live work of a grant ended", "grant_id", id, "reason", reason,
 			"approvals", approvals, "tasks", tasks, "requests", calls)

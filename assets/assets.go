@@ -21,7 +21,7 @@ var (
 	IconApproval []byte // an approval is waiting
 )
 
-//go:embed pair/index.html pair/pair.css pair/pair.js pair/approvals.js pair/approvals.css
+//go:embed pair/index.html pair/pair.css pair/pair.js pair/approvals.js pair/approvals.css pair/files.js pair/vendor/sha256.min.js
 var pairFS embed.FS
 
 // Paths of the phone pairing page. The page is PairPath; its script,
@@ -65,6 +65,10 @@ var pairFiles = func() map[string]pairFile {
 		// The approvals of a phone holding the approve scope.
 		PairAppPrefix + "approvals.js":  {read("pair/approvals.js"), "text/javascript; charset=utf-8"},
 		PairAppPrefix + "approvals.css": {read("pair/approvals.css"), "text/css; charset=utf-8"},
+		// Sending and downloading files (files.js), with the vendored
+		// js-sha256 it hashes large files with (pair/vendor: MIT licence).
+		PairAppPrefix + "files.js":      {read("pair/files.js"), "text/javascript; charset=utf-8"},
+		PairAppPrefix + "sha256.min.js": {read("pair/vendor/sha256.min.js"), "text/javascript; charset=utf-8"},
 		PairAppPrefix + "icon.png":      {IconNormal, "image/png"},
 	}
 }()
@@ -75,9 +79,10 @@ var modTime = time.Time{}
 
 // PairPage serves the phone pairing page: GET (and HEAD) PairPath is the
 // HTML; PairAppPrefix+{pair.js, pair.css, approvals.js, approvals.css,
-// icon.png} are its scripts, style sheets and icon; anything else under PairAppPrefix is 404. The page reads
-// the pairing code and fingerprint from the URL fragment (which browsers
-// never send), so no secret ever reaches this handler.
+// files.js, sha256.min.js, icon.png} are its scripts, style sheets and
+// icon; anything else under PairAppPrefix is 404. The page reads the
+// pairing code and fingerprint from the URL fragment (which browsers never
+// send), so no secret ever reaches this handler.
 //
 // Every answer carries the security headers of a page that holds a bearer
 // token: Content-Security-Policy PairCSP, X-Frame-Options DENY (RFC 7034),

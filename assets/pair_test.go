@@ -22,6 +22,8 @@ func TestPairPage(t *testing.T) {
 		{"GET", "/pair", 200, "text/html; charset=utf-8", `<script src="/pair/app/pair.js" defer></script>`},
 		{"HEAD", "/pair", 200, "text/html; charset=utf-8", ""},
 		{"GET", "/pair/app/pair.js", 200, "text/javascript; charset=utf-8", "meshtray-sas-v1"},
+		{"GET", "/pair/app/files.js", 200, "text/javascript; charset=utf-8", "ni:///sha-256;"},
+		{"GET", "/pair/app/sha256.min.js", 200, "text/javascript; charset=utf-8", "@license MIT"},
 		{"GET", "/pair/app/pair.css", 200, "text/css; charset=utf-8", "prefers-color-scheme"},
 		{"GET", "/pair", 200, "text/html; charset=utf-8", `<script src="/pair/app/approvals.js" defer></script>`},
 		{"GET", "/pair/app/approvals.js", 200, "text/javascript; charset=utf-8", "/remote/approvals/events"},

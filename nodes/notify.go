@@ -94,6 +94,40 @@ func (n *Notifier) Notify(ctx context.Context, title, body string) (Delivery, er
 	return d, nil
 }
 
+// NotifyAction is a button of a notification (Desktop Notifications
+// Specification 1.2, "actions"): Key is what the server reports when it
+// is invoked (ActionInvoked), Label what the person sees.
+type NotifyAction struct {
+	Key, Label string
+}
+
+// DefaultActionWait bounds how long NotifyActions listens for a click on
+// one notification's actions.
+const DefaultActionWait = 30 * time.Minute
+
+// NotifyActions shows a notification like Notify, with actions, and calls
+// onAction(key) (on a goroutine of its own) when the person invokes one.
+// It returns once the notification was shown; it then listens on a
+// connection of its own until the notification is closed, an action was
+// invoked, ctx ends, or DefaultActionWait passed. A server without the
+// "actions" capability shows the notification without them (onAction is
+// never called); so do macOS and Windows.
+func (n *Notifier) NotifyActions(ctx context.Context, title, body string, actions []NotifyAction, onAction func(key string)) (Delivery, error) {
+	tctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+	d, err := n.notifyActions(ctx, tctx, title, body, actions, onAction)
+	if ctx.Err() != nil {
+		return Delivery{}, ctx.Err()
+	}
+	if err != nil {
+		if tctx.Err() != nil {
+			return Delivery{Reason: fmt.Sprintf("the notification service did not answer within %s", n.timeout)}, nil
+		}
+		return Delivery{Reason: err.Error()}, nil
+	}
+	return d, nil
+}
+
 const (
 	maxNotifyTitle = 256  // characters
 	maxNotifyBody  = 4096 // characters

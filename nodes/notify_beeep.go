@@ -30,3 +30,9 @@ func (n *Notifier) notify(ctx context.Context, title, body string) (Delivery, er
 		return Delivery{}, ctx.Err()
 	}
 }
+
+// notifyActions: beeep has no actions; the notification is shown without
+// them.
+func (n *Notifier) notifyActions(_, tctx context.Context, title, body string, _ []NotifyAction, _ func(string)) (Delivery, error) {
+	return n.notify(tctx, title, body)
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -68,6 +69,91 @@ func (n *Notifier) notify(ctx context.Context, title, body string) (Delivery, er
 	if err != nil {
 		return Delivery{}, describeNotifyError(err)
 	}
+	return Delivery{Delivered: true, ID: id}, nil
+}
+
+// notifyActions is notify with actions on a connection that stays open
+// (ctx bounds it, tctx the call) to hear ActionInvoked and
+// NotificationClosed for the notification's id. The match rule is added
+// before Notify, so a click that comes at once is not missed.
+func (n *Notifier) notifyActions(ctx, tctx context.Context, title, body string, actions []NotifyAction, onAction func(string)) (Delivery, error) {
+	addr := n.sessionBusAddress()
+	if addr == "" {
+		return Delivery{Reason: "no desktop session: no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is unset)"}, nil
+	}
+	// The connection lives as long as ctx (godbus closes it when its
+	// context ends): the calls below are bounded by tctx.
+	conn, err := dbus.Connect(addr, dbus.WithContext(ctx))
+	if err != nil {
+		return Delivery{}, fmt.Errorf("cannot reach the D-Bus session bus: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			conn.Close()
+		}
+	}()
+	obj := conn.Object(notifyService, notifyPath)
+	var caps []string
+	if err := obj.CallWithContext(tctx, notifyInterface+".GetCapabilities", 0).Store(&caps); err != nil {
+		return Delivery{}, describeNotifyError(err)
+	}
+	if slices.Contains(caps, "body-markup") {
+		body = escapeMarkup(body)
+	}
+	var flat []string
+	if slices.Contains(caps, "actions") {
+		for _, a := range actions {
+			flat = append(flat, a.Key, a.Label)
+		}
+	}
+	signals := make(chan *dbus.Signal, 16)
+	if len(flat) > 0 {
+		if err := conn.AddMatchSignalContext(tctx, dbus.WithMatchObjectPath(notifyPath), dbus.WithMatchInterface(notifyInterface)); err != nil {
+			return Delivery{}, fmt.Errorf("notification service: %w", err)
+		}
+		conn.Signal(signals)
+	}
+	var id uint32
+	err = obj.CallWithContext(tctx, notifyInterface+".Notify", 0,
+		n.appName, uint32(0), n.icon, title, body, flat, map[string]dbus.Variant{}, int32(-1)).Store(&id)
+	if err != nil {
+		return Delivery{}, describeNotifyError(err)
+	}
+	if len(flat) == 0 || onAction == nil {
+		return Delivery{Delivered: true, ID: id}, nil
+	}
+	keep = true
+	go func() {
+		defer conn.Close()
+		wait := time.NewTimer(DefaultActionWait)
+		defer wait.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-wait.C:
+				return
+			case sig, ok := <-signals:
+				if !ok {
+					return
+				}
+				switch {
+				case sig.Name == notifyInterface+".ActionInvoked" && len(sig.Body) == 2:
+					if got, _ := sig.Body[0].(uint32); got == id {
+						if key, ok := sig.Body[1].(string); ok {
+							onAction(key)
+						}
+						return
+					}
+				case sig.Name == notifyInterface+".NotificationClosed" && len(sig.Body) >= 1:
+					if got, _ := sig.Body[0].(uint32); got == id {
+						return
+					}
+				}
+			}
+		}
+	}()
 	return Delivery{Delivered: true, ID: id}, nil
 }
 
