@@ -459,6 +459,14 @@ func (s *Server) Restore(ctx context.Context) (Restored, error) {
 	for _, t := range expired {
 		s.expire(t, t.turns)
 	}
+	if s.opts.RequirePublished && !s.published.Load() {
+		// A2A is off: nothing of the last run goes on (as if switched off
+		// now; SetPublished(false) ran before the tasks were here).
+		if n := s.cancelWhere(func(*task) bool { return true }, errSwitchedOff); n > 0 {
+			s.log.Info("A2A is off: restored live tasks canceled", "tasks", n)
+		}
+		approvals, running = nil, nil
+	}
 	for _, t := range approvals {
 		if !t.deadline.After(now) {
 			s.settle(t, a2a.TaskStateRejected, agentMessage(fmt.Sprintf("rejected: no answer within %s; the deadline passed while this device was stopped",

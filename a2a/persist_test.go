@@ -365,3 +365,38 @@ func TestShutdownLeavesTheDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreWhileSwitchedOff: with A2A off at start (RequirePublished,
+// unpublished), the restored live tasks end canceled as a switch-off ends
+// them, and nothing is asked or run.
+func TestRestoreWhileSwitchedOff(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	appr := newManualApprover()
+	env := newEnv(t, Options{Store: db, Approver: appr})
+	waiting := sendNonBlocking(t, env, tokA, userMsg("echo later"))
+	appr.next(t)
+	env.stop(t)
+	db.Close()
+
+	db2 := openStore(t, path, store.Options{})
+	asked := make(chan TaskApproval, 1)
+	srv := NewServer(Options{Store: db2, RequirePublished: true, Executor: &scriptExecutor{}, Approver: approverFunc(func(_ context.Context, a TaskApproval) Decision {
+		asked <- a
+		return Decision{Approved: true}
+	})})
+	defer srv.Shutdown(context.Background())
+	if _, err := srv.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := db2.Task(context.Background(), string(waiting.ID))
+	if err != nil || rec.State != store.StateCanceled || !strings.Contains(string(rec.Status), errSwitchedOff.Error()) {
+		t.Fatalf("restored while off: %s %s %v", rec.State, rec.Status, err)
+	}
+	select {
+	case a := <-asked:
+		t.Fatalf("asked about %s while A2A is off", a.TaskID)
+	default:
+	}
+}
