@@ -1,8 +1,10 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -104,8 +106,18 @@ func TestKillDuringSendsKeepsAcknowledgedTasks(t *testing.T) {
 	mu.Unlock()
 	t.Logf("%d tasks acknowledged completed before the kill", seen)
 
-	// The file the kill left: whole, and its audit chain too.
+	// The file the kill left: whole, and its audit chain too; the grant's
+	// token is nowhere in it.
 	path := filepath.Join(n.StateDir, store.DefaultFile)
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(token)) {
+			t.Errorf("%s holds the grant token", f)
+		}
+	}
 	db, err := store.Open(path, store.Options{})
 	if err != nil {
 		t.Fatalf("opening the database after the kill: %v", err)
