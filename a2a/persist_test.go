@@ -400,3 +400,21 @@ func TestRestoreWhileSwitchedOff(t *testing.T) {
 	default:
 	}
 }
+
+// TestQueuedApprovalIsOnDisk: once the Approver says a person is asked
+// (Queued), the task is in the database with its deadline, even for a
+// blocking send whose writes otherwise wait for its end.
+func TestQueuedApprovalIsOnDisk(t *testing.T) {
+	t.Parallel()
+	db := openStore(t, filepath.Join(t.TempDir(), store.DefaultFile), store.Options{})
+	appr := newManualApprover()
+	env := newEnv(t, Options{Store: db, Approver: appr})
+	c := env.client(t, tokA)
+	go c.SendMessage(context.Background(), &a2a.MessageSendParams{Message: userMsg("echo blocking")})
+	p := appr.next(t) // after Queued
+	rec, err := db.Task(context.Background(), string(p.TaskID))
+	if err != nil || rec.State != store.StateSubmitted || !rec.ApprovalDeadline.Equal(p.Deadline) {
+		t.Fatalf("queued task on disk: %+v %v", rec, err)
+	}
+	p.answer <- Decision{Reason: "no"}
+}

@@ -1153,10 +1153,11 @@ func (s *Server) queued(t *task) {
 		return
 	}
 	t.setStatusLocked(a2a.TaskStateSubmitted, agentMessage(s.waitingText()), s.now())
-	// The owner may see the request as soon as this returns: the task it
-	// decides must be on disk by then, or a crash leaves an approval
-	// without its task.
-	s.persistLocked(t, true)
+	// The owner may see the request as soon as this returns (the approvals
+	// queue keeps it across a restart): the task it decides is on disk,
+	// synced, with its deadline by then, so the request finds its task
+	// after a crash.
+	s.durableLocked(t)
 }
 
 // turnKind is what a turn starts with.
