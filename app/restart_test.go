@@ -95,10 +95,7 @@ func TestKillDuringSendsKeepsAcknowledgedTasks(t *testing.T) {
 	}
 	apptest.WaitFor(t, time.Minute, "acknowledged tasks", func() bool { return count.Load() >= killAt })
 	close(killed)
-	if err := n.Cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	n.Wait(10 * time.Second)
+	kill9(t, n)
 	wg.Wait()
 	stopSends()
 	mu.Lock()
@@ -118,17 +115,7 @@ func TestKillDuringSendsKeepsAcknowledgedTasks(t *testing.T) {
 			t.Errorf("%s holds the grant token", f)
 		}
 	}
-	db, err := store.Open(path, store.Options{})
-	if err != nil {
-		t.Fatalf("opening the database after the kill: %v", err)
-	}
-	if err := db.IntegrityCheck(ctx); err != nil {
-		t.Errorf("integrity_check after kill -9: %v", err)
-	}
-	if _, err := db.Verify(ctx); err != nil {
-		t.Errorf("audit verify after kill -9: %v", err)
-	}
-	if err := db.Close(); err != nil {
+	if err := openDB(t, n.StateDir).Close(); err != nil { // integrity_check and audit verify
 		t.Fatal(err)
 	}
 
