@@ -47,6 +47,16 @@ type Reattacher interface {
 	Reattach(ctx context.Context, ex *Execution) error
 }
 
+// WaitingRestorer is an optional Executor interface: Restore hands it each
+// task it restores waiting for its caller (input-required, auth-required),
+// before the task takes messages, so the executor can look after work it
+// keeps elsewhere meanwhile (the forward executor's sweep cancels an
+// upstream task whose local task ended unanswered). The Execution is for
+// reading (TaskID, Caller, DecodeValue, History); it takes no reports.
+type WaitingRestorer interface {
+	RestoredWaiting(ex *Execution)
+}
+
 // RestartedText is the status message of a task that was running when the
 // node stopped and that nothing could pick up again.
 const RestartedText = "the node restarted while this ran"
@@ -397,7 +407,7 @@ func (s *Server) Restore(ctx context.Context) (Restored, error) {
 	if err != nil {
 		return res, fmt.Errorf("a2a: restoring tasks: %w", err)
 	}
-	var terminal, approvals, running, expired []*task
+	var terminal, approvals, running, expired, waiting []*task
 	now := s.now()
 	s.mu.Lock()
 	for _, r := range rows {
@@ -432,6 +442,7 @@ func (s *Server) Restore(ctx context.Context) (Restored, error) {
 			} else {
 				expired = append(expired, t)
 			}
+			waiting = append(waiting, t)
 			res.Waiting++
 			continue
 		}
@@ -458,6 +469,12 @@ func (s *Server) Restore(ctx context.Context) (Restored, error) {
 
 	for _, t := range expired {
 		s.expire(t, t.turns)
+	}
+	if wr, ok := s.opts.Executor.(WaitingRestorer); ok {
+		for _, t := range waiting {
+			ex := &Execution{s: s, t: t, msg: lastUserMessage(t), ctx: context.Background(), ended: true}
+			wr.RestoredWaiting(ex)
+		}
 	}
 	if s.opts.RequirePublished && !s.published.Load() {
 		// A2A is off: nothing of the last run goes on (as if switched off

@@ -177,9 +177,10 @@ type transferExecutor struct {
 }
 
 var (
-	_ agent.Executor   = transferExecutor{}
-	_ agent.Summarizer = transferExecutor{}
-	_ agent.Reattacher = transferExecutor{}
+	_ agent.Executor        = transferExecutor{}
+	_ agent.Summarizer      = transferExecutor{}
+	_ agent.Reattacher      = transferExecutor{}
+	_ agent.WaitingRestorer = transferExecutor{}
 )
 
 // isTransfer says whether msg goes to the files side: an announcement
@@ -270,6 +271,13 @@ func (x transferExecutor) Execute(ctx context.Context, ex *agent.Execution) erro
 	}
 	x.n.receiveFiles(ctx, ex, in)
 	return nil
+}
+
+// RestoredWaiting implements agent.WaitingRestorer: the next executor's.
+func (x transferExecutor) RestoredWaiting(ex *agent.Execution) {
+	if wr, ok := x.next.(agent.WaitingRestorer); ok {
+		wr.RestoredWaiting(ex)
+	}
 }
 
 // Reattach implements agent.Reattacher for a task restored running: the

@@ -151,9 +151,10 @@ type fwdCtx struct {
 }
 
 var (
-	_ agent.Executor   = (*ForwardExecutor)(nil)
-	_ agent.Summarizer = (*ForwardExecutor)(nil)
-	_ agent.Reattacher = (*ForwardExecutor)(nil)
+	_ agent.Executor        = (*ForwardExecutor)(nil)
+	_ agent.Summarizer      = (*ForwardExecutor)(nil)
+	_ agent.Reattacher      = (*ForwardExecutor)(nil)
+	_ agent.WaitingRestorer = (*ForwardExecutor)(nil)
 )
 
 // NewForwardExecutor returns a forward executor for o.URL; the upstream
@@ -556,6 +557,15 @@ func (f *ForwardExecutor) Execute(ctx context.Context, ex *agent.Execution) erro
 	}
 	f.finish(ex, st, out)
 	return nil
+}
+
+// RestoredWaiting implements agent.WaitingRestorer: the upstream task of a
+// local task restored waiting for its caller is parked again, so the sweep
+// cancels it if the local task ends unanswered.
+func (f *ForwardExecutor) RestoredWaiting(ex *agent.Execution) {
+	if st := f.state(ex); st.upTask != "" {
+		f.park(ex.TaskID(), st.upTask)
+	}
 }
 
 // keepsUpstream reports a turn stopped by the node's shutdown while the

@@ -135,9 +135,13 @@ func TestForwardInputRequiredAcrossRestart(t *testing.T) {
 		t.Fatalf("Close canceled upstream tasks %v", ids)
 	}
 
-	env2, _, _, restored := durableForward(t, up, path)
+	env2, fw2, _, restored := durableForward(t, up, path)
 	if restored.Waiting != 1 {
 		t.Fatalf("Restore = %+v", restored)
+	}
+	// Its upstream task is parked again, for the sweep.
+	if st := fw2.Status(); st.Parked != 1 {
+		t.Fatalf("parked upstream tasks after the restart: %d", st.Parked)
 	}
 	answered := sendTask(t, ctx, env2.client(t, tokA), answerTo(task, a2a.TextPart{Text: "Ada"}))
 	if answered.Status.State != a2a.TaskStateCompleted || len(answered.Artifacts) != 1 || partsText(answered.Artifacts[0].Parts) != "hello Ada" {
