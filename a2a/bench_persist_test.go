@@ -266,3 +266,34 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkRestore is the start-up with a full store: Restore of 512
+// completed device.info tasks (the store already open).
+func BenchmarkRestore(b *testing.B) {
+	reg := realRegistry(b, nil)
+	auth := &testAuth{}
+	auth.Add(tokA, "grantA", "laptop")
+	db, err := store.Open(filepath.Join(b.TempDir(), "r.db"), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	srv := NewServer(Options{DeviceName: "testbox", Executor: NewNodeExecutor(reg, nil), Approver: approveAll{}, Store: db})
+	h := auth.Wrap(srv)
+	for range DefaultMaxTasks {
+		rec := newRecorder()
+		req, _ := http.NewRequest("POST", RPCPath, bytes.NewReader(benchBody(MethodMessageSend, "device.info")))
+		req.Header.Set("Authorization", "Bearer "+tokA)
+		h.ServeHTTP(rec, req)
+	}
+	srv.Shutdown(context.Background())
+	b.ResetTimer()
+	for b.Loop() {
+		s := NewServer(Options{DeviceName: "testbox", Executor: NewNodeExecutor(reg, nil), Approver: approveAll{}, Store: db})
+		r, err := s.Restore(context.Background())
+		if err != nil || r.Tasks != DefaultMaxTasks {
+			b.Fatalf("%+v %v", r, err)
+		}
+		s.Shutdown(context.Background())
+	}
+}

@@ -317,6 +317,14 @@ func (s *Server) taskFromRecord(r store.Task) (*task, error) {
 	} else {
 		t.caller = &pairing.Principal{Grant: pairing.Grant{ID: r.Owner, Name: r.Caller}, Listener: pairing.Listener(r.Via)}
 	}
+	if st := a2a.TaskState(r.State); st.Terminal() {
+		// Read only if someone asks for it: a start with a full store
+		// reads states, it decodes no histories.
+		t.status = a2a.TaskStatus{State: st}
+		t.lazy = &lazyTask{status: r.Status, history: r.History, artifacts: r.Artifacts}
+		t.bytes = int64(len(r.History) + len(r.Artifacts))
+		return t, nil
+	}
 	if err := json.Unmarshal(r.Status, &t.status); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -361,6 +369,39 @@ func (s *Server) taskFromRecord(r store.Task) (*task, error) {
 		t.value = json.RawMessage(t.valueJSON)
 	}
 	return t, nil
+}
+
+// lazyTask is the stored JSON of a restored terminal task's status,
+// history and artifacts, decoded at its first snapshot (decodeLazyLocked;
+// until then its status holds only the state).
+type lazyTask struct {
+	status, history, artifacts []byte
+}
+
+// decodeLazyLocked decodes a restored terminal task's history and
+// artifacts; JSON that does not decode is logged and left out. The caller
+// holds t.mu.
+func (t *task) decodeLazyLocked() {
+	l := t.lazy
+	t.lazy = nil
+	var st a2a.TaskStatus
+	if err := json.Unmarshal(l.status, &st); err != nil || st.State != t.status.State {
+		t.srv.log.Error("stored task status does not decode", "task", t.id, "err", err)
+	} else {
+		t.status = st
+	}
+	if len(l.history) > 0 {
+		if err := json.Unmarshal(l.history, &t.history); err != nil {
+			t.history = nil
+			t.srv.log.Error("stored task history does not decode", "task", t.id, "err", err)
+		}
+	}
+	if len(l.artifacts) > 0 {
+		if err := json.Unmarshal(l.artifacts, &t.artifacts); err != nil {
+			t.artifacts = nil
+			t.srv.log.Error("stored task artifacts do not decode", "task", t.id, "err", err)
+		}
+	}
 }
 
 // Restored counts what Restore did.

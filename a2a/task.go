@@ -85,6 +85,9 @@ type task struct {
 	queued bool
 	hist   []byte
 	histN  int
+	// lazy holds a restored terminal task's history and artifacts as
+	// stored, until its first snapshot decodes them.
+	lazy *lazyTask
 }
 
 type logEntry struct {
@@ -186,6 +189,9 @@ func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.T
 // appended artifact is replaced, not changed), so copying the slices is
 // enough.
 func (t *task) snapshotLocked(historyLength int) *a2a.Task {
+	if t.lazy != nil {
+		t.decodeLazyLocked()
+	}
 	out := &a2a.Task{
 		ID:        t.id,
 		ContextID: t.contextID,
