@@ -26,6 +26,13 @@
 //     (8), artifacts per task (64) and their bytes (8 MiB), time a task
 //     waits for its caller (10 min, then canceled). Delegating out (the
 //     agents this device calls, their bounds) is meshtray/a2a/delegate.
+//   - Durability (Options.Store, persist.go): every task change is written
+//     through to the database (a terminal or interrupted state, and an
+//     owner's approval, before anyone reads it; progress behind, 50 ms);
+//     Restore, at start, brings the tasks back: waiting for their callers
+//     again, approvals asked again with their deadlines, running ones
+//     reattached (Reattacher) or failed with RestartedText. Shutdown
+//     writes none of what it does, so a clean stop restores like a kill.
 //   - JSON-RPC notifications (no id) get HTTP 204 and nothing is done
 //     (JSON-RPC 2.0 §4.1).
 //   - Errors: JSON-RPC 2.0 codes, A2A's -32001..-32007 and -32009 (version
