@@ -418,3 +418,28 @@ func TestQueuedApprovalIsOnDisk(t *testing.T) {
 	}
 	p.answer <- Decision{Reason: "no"}
 }
+
+// TestStreamedTaskStoredBeforeItsID: a stream's caller reads the task id
+// in the first event; by then the store holds the task (write-behind at
+// most), so a restart right after cannot lose a task whose id was handed
+// out.
+func TestStreamedTaskStoredBeforeItsID(t *testing.T) {
+	t.Parallel()
+	db := openStore(t, filepath.Join(t.TempDir(), store.DefaultFile), store.Options{})
+	appr := newManualApprover()
+	env := newEnv(t, Options{Store: db, Approver: appr})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for ev, err := range env.client(t, tokA).SendStreamingMessage(ctx, &a2a.MessageSendParams{Message: userMsg("echo streamed")}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ev.TaskInfo().TaskID
+		rec, err := db.Task(context.Background(), string(id))
+		if err != nil || rec.State != store.StateSubmitted {
+			t.Fatalf("streamed task %s in the store at its first event: %+v %v", id, rec.State, err)
+		}
+		break
+	}
+	appr.next(t).answer <- Decision{Reason: "no"}
+}
