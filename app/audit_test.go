@@ -241,6 +241,16 @@ func TestAuditTrail(t *testing.T) {
 	if os.Getenv("AUDIT_PEEK") != "" {
 		t.Logf("audit:\n%s\nverify:\n%s", ptCLI(t, a, "audit").Stdout, ptCLI(t, a, "audit", "verify").Stdout)
 	}
+	// The trail is the owner's: a grant, even with scope full, is refused.
+	var full app.GrantToken
+	ptJSON(t, a, &full, "grant", "create", "--name", "admin-tool", "--scope", "full")
+	for _, path := range []string{"/audit", "/audit/verify", "/audit/follow"} {
+		if st, _, body := ptDo(t, a.BaseURL, ptReq{method: "GET", path: path, token: full.Token}); st != 403 {
+			t.Errorf("GET %s with a full grant: %d %s, want 403", path, st, body)
+		}
+	}
+	secretsExtra := full.Token
+
 	// Verify: intact, then a copy of the database with one entry edited.
 	if out := ptCLI(t, a, "audit", "verify").Stdout; !strings.Contains(out, "entries, chain intact") {
 		t.Fatalf("verify: %q", out)
@@ -252,7 +262,7 @@ func TestAuditTrail(t *testing.T) {
 	dbFile := filepath.Join(a.StateDir, store.DefaultFile)
 	secrets := map[string]string{"the created grant's token": tok.Token, "the rotated token": rotated,
 		"the revoked grant's token": gone.Token, "alpha's grant held by bravo": tokAB, "bravo's grant held by alpha": tokBA,
-		"the pairing code": p.Code, "the phone pairing code": sess.Code}
+		"the pairing code": p.Code, "the phone pairing code": sess.Code, "the full grant's token": secretsExtra}
 	for _, dir := range []string{a.StateDir, b.StateDir} {
 		files, _ := filepath.Glob(filepath.Join(dir, store.DefaultFile+"*"))
 		if len(files) == 0 {
