@@ -177,6 +177,7 @@ func (x *NodeExecutor) Execute(ctx context.Context, ex *Execution) error {
 		Approved:   approved != "" && approved == line && utf8.RuneCountInString(line) < nodes.MaxSummaryRunes,
 		OnAsk:      func() { ex.Working("waiting for the owner's approval of " + sum) },
 		OnApproved: func() { ex.Working("running " + capb.Name) },
+		TaskID:     string(ex.TaskID()),
 	}
 	ex.Working("running " + capb.Name)
 	res, err := x.reg.Invoke(ctx, call)

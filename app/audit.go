@@ -345,6 +345,7 @@ func (n *Node) onCapabilityRun(rr nodes.RunRecord) {
 	e := store.Entry{
 		Kind: store.KindCapability, Subject: rr.Capability, Params: rr.Params,
 		Result: string(rr.State), Duration: rr.Duration, Peer: "this device", Via: string(pairing.ListenerLoopback),
+		TaskID: rr.TaskID,
 	}
 	if c := rr.Caller; c != nil {
 		e.Via = string(c.Listener)

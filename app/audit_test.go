@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
 	_ "modernc.org/sqlite"
 
 	"meshtray/app"
@@ -41,7 +42,8 @@ func findEntry(es []app.AuditEntry, want app.AuditEntry) (app.AuditEntry, bool) 
 		if e.Kind == want.Kind && (want.GrantID == "" || e.GrantID == want.GrantID) && (want.Peer == "" || e.Peer == want.Peer) &&
 			(want.Via == "" || e.Via == want.Via) && (want.Subject == "" || e.Subject == want.Subject) &&
 			(want.Result == "" || e.Result == want.Result) && (want.DecidedBy == "" || e.DecidedBy == want.DecidedBy) &&
-			(want.DecidedVia == "" || e.DecidedVia == want.DecidedVia) && (want.Params == "" || strings.Contains(e.Params, want.Params)) {
+			(want.DecidedVia == "" || e.DecidedVia == want.DecidedVia) && (want.Params == "" || strings.Contains(e.Params, want.Params)) &&
+			(want.TaskID == "" || e.TaskID == want.TaskID) {
 			return e, true
 		}
 	}
@@ -95,6 +97,15 @@ func TestAuditTrail(t *testing.T) {
 	for _, body := range []string{`{"capability":"device.info"}`, `{"capability":"system.notify","params":{"title":7}}`, `{"capability":"x\u001b[2J\u202e"}`} {
 		ptDo(t, a.BaseURL, ptReq{method: "POST", path: "/nodes/invoke", body: body, token: rotated})
 	}
+	// The same capability run as an A2A task of that grant (policy allow:
+	// no approval), recorded with its task.
+	ptCLI(t, a, "a2a", "on")
+	res, err := apptest.A2AClient(t, a.BaseURL, rotated).SendMessage(ctx, &a2a.MessageSendParams{Message: deviceInfoMessage()})
+	task, ok := res.(*a2a.Task)
+	if err != nil || !ok || task.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("the A2A task: %#v, %v", res, err)
+	}
+	ptCLI(t, a, "a2a", "off")
 	sinceCaps := time.Now()
 
 	// A mutual pairing by CLI (alpha issues, bravo joins and gives back).
@@ -136,6 +147,9 @@ func TestAuditTrail(t *testing.T) {
 		t.Errorf("capability run without a duration: %+v", run)
 	}
 	mustEntry(t, es, app.AuditEntry{Kind: "capability", Subject: "system.notify", GrantID: tok.ID, Result: "invalid", Params: `{"title":7}`})
+	if e, ok := findEntry(es, app.AuditEntry{Kind: "capability", Subject: "device.info", TaskID: string(task.ID)}); !ok || e.TaskID != string(task.ID) || e.GrantID != tok.ID {
+		t.Errorf("the A2A task's capability run: %+v (task %s)", e, task.ID)
+	}
 	// Alpha's side of the pairing: the grant issued on approval (valid
 	// once collected), collected, and the grant bravo gave back.
 	mustEntry(t, es, app.AuditEntry{Kind: "grant", Subject: "issue", Peer: "bravo", Params: "valid once the device collects its token"})
@@ -159,8 +173,8 @@ func TestAuditTrail(t *testing.T) {
 
 	t.Run("grant filter", func(t *testing.T) {
 		got := auditEntries(t, a, "--grant", tok.ID)
-		if len(got) != 8 {
-			t.Fatalf("%d entries for grant %s, want its issue, policy, pause, resume, rotate and three runs", len(got), tok.ID)
+		if len(got) != 9 {
+			t.Fatalf("%d entries for grant %s, want its issue, policy, pause, resume, rotate and four runs", len(got), tok.ID)
 		}
 		for _, e := range got {
 			if e.GrantID != tok.ID {
@@ -227,6 +241,16 @@ func TestAuditTrail(t *testing.T) {
 	if os.Getenv("AUDIT_PEEK") != "" {
 		t.Logf("audit:\n%s\nverify:\n%s", ptCLI(t, a, "audit").Stdout, ptCLI(t, a, "audit", "verify").Stdout)
 	}
+	// The trail is the owner's: a grant, even with scope full, is refused.
+	var full app.GrantToken
+	ptJSON(t, a, &full, "grant", "create", "--name", "admin-tool", "--scope", "full")
+	for _, path := range []string{"/audit", "/audit/verify", "/audit/follow"} {
+		if st, _, body := ptDo(t, a.BaseURL, ptReq{method: "GET", path: path, token: full.Token}); st != 403 {
+			t.Errorf("GET %s with a full grant: %d %s, want 403", path, st, body)
+		}
+	}
+	secretsExtra := full.Token
+
 	// Verify: intact, then a copy of the database with one entry edited.
 	if out := ptCLI(t, a, "audit", "verify").Stdout; !strings.Contains(out, "entries, chain intact") {
 		t.Fatalf("verify: %q", out)
@@ -238,7 +262,7 @@ func TestAuditTrail(t *testing.T) {
 	dbFile := filepath.Join(a.StateDir, store.DefaultFile)
 	secrets := map[string]string{"the created grant's token": tok.Token, "the rotated token": rotated,
 		"the revoked grant's token": gone.Token, "alpha's grant held by bravo": tokAB, "bravo's grant held by alpha": tokBA,
-		"the pairing code": p.Code, "the phone pairing code": sess.Code}
+		"the pairing code": p.Code, "the phone pairing code": sess.Code, "the full grant's token": secretsExtra}
 	for _, dir := range []string{a.StateDir, b.StateDir} {
 		files, _ := filepath.Glob(filepath.Join(dir, store.DefaultFile+"*"))
 		if len(files) == 0 {
@@ -281,9 +305,12 @@ func TestAuditTrail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sdb.Exec("UPDATE audit SET result = 'approved' WHERE seq = ?", victim)
-	if n, _ := res.RowsAffected(); err != nil || n != 1 {
-		t.Fatalf("tamper: %v (%d rows)", err, n)
+	upd, err := sdb.Exec("UPDATE audit SET result = 'approved' WHERE seq = ?", victim)
+	if err != nil {
+		t.Fatalf("tamper: %v", err)
+	}
+	if n, _ := upd.RowsAffected(); n != 1 {
+		t.Fatalf("tamper: %d rows changed", n)
 	}
 	sdb.Close()
 	apptest.StartNode(t, apptest.Options{Name: "tampered", StateDir: copyDir, Config: "tailscale = false\n"})

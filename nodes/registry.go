@@ -318,6 +318,7 @@ func (r *Registry) Invoke(ctx context.Context, call Call) (Result, error) {
 			Capability: BoundSummary(call.Capability),
 			Params:     r.auditParams(call),
 			Caller:     call.Caller,
+			TaskID:     call.TaskID,
 			State:      RunStateOf(err),
 			Err:        err,
 			Duration:   dur,
@@ -335,6 +336,7 @@ type RunRecord struct {
 	// text written to the clipboard) replaced by its size.
 	Params   string
 	Caller   *pairing.Principal // nil: the local owner
+	TaskID   string             // Call.TaskID
 	State    RunState
 	Err      error // nil when State is RunCompleted
 	Duration time.Duration

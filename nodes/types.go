@@ -65,6 +65,9 @@ type Call struct {
 	// approved, before the capability runs. Both run on Invoke's goroutine.
 	OnAsk      func() `json:"-"`
 	OnApproved func() `json:"-"`
+	// TaskID is the A2A task the call runs for ("" for a direct call),
+	// for the record of the run (RunRecord.TaskID).
+	TaskID string `json:"-"`
 }
 
 // Result is what a capability returned: a JSON value matching the
