@@ -20,6 +20,7 @@ import (
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // raGrant mints a grant on n with scopes and returns its ID and token.
@@ -219,11 +220,38 @@ func TestRemoteApprovalRules(t *testing.T) {
 		t.Errorf("deciding it again: %d %s, want 404", st, body)
 	}
 
-	// Each decision is logged as made on that device (no device ID: a
-	// grant minted here counts as the phone kind, by its grant ID).
+	// Each decision is logged and audited as made on that device (no
+	// device ID: a grant minted here counts as the phone kind, by its
+	// grant ID).
 	logs := n.Logs()
 	if !strings.Contains(logs, "approval decided on another device") || !strings.Contains(logs, "where=phone by="+approverID) {
 		t.Errorf("the node's log does not say where and by whom the remote decisions were made")
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	raAudited(t, n.StateDir, map[string]string{da.ID: "approved", oa.ID: "denied", pa.ID: "denied"}, store.WherePhone, approverID)
+}
+
+// raAudited checks the audit trail of the stopped node in stateDir: each
+// approval of want (its ID's summary) has one entry with that result,
+// decided via where by by.
+func raAudited(t *testing.T, stateDir string, want map[string]string, where, by string) {
+	t.Helper()
+	got := map[string]int{}
+	for _, e := range auditApprovals(t, openDB(t, stateDir)) {
+		if e.DecidedVia == where && e.DecidedBy == by {
+			got[e.Result]++
+		}
+	}
+	wantN := map[string]int{}
+	for _, r := range want {
+		wantN[r]++
+	}
+	for r, n := range wantN {
+		if got[r] != n {
+			t.Errorf("audit: %d %s entries decided via %s by %s, want %d (all: %v)", got[r], r, where, by, n, got)
+		}
 	}
 }
 
@@ -443,4 +471,10 @@ func TestApproveOnAnotherMeshtray(t *testing.T) {
 	if r := laptop.CLI("approvals", "--on", "nobody"); r.Code == 0 || !strings.Contains(r.Stderr, `named "nobody" among the paired devices`) {
 		t.Errorf("approvals --on an unknown device: exit %d\n%s", r.Code, r.Stderr)
 	}
+
+	// laptop's audit trail records both decisions as made on desktop.
+	if err := laptop.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	raAudited(t, laptop.StateDir, map[string]string{da.ID: "approved", second.ID: "denied"}, store.WhereDevice, pairing.ShortID(did.ID))
 }
