@@ -220,6 +220,31 @@ func TestRemoteApprovalRules(t *testing.T) {
 		t.Errorf("deciding it again: %d %s, want 404", st, body)
 	}
 
+	// A capability call under policy ask: approved remotely, never with
+	// "always" (the popup does not offer it there).
+	mustCLI(t, n, "manifest", "set", "device.info", "ask")
+	_, nodeTok := raGrant(t, n, "script", "node")
+	call := invoke(t, n, nodeTok, `{"capability":"device.info"}`)
+	ca := approvalOf(t, n, app.KindCapability)
+	_, ra, _ = raList(t, n, approverTok)
+	if v, ok := raFind(ra, ca.ID); !ok || !v.CanApprove || v.CanAlways {
+		t.Errorf("a capability call as the approver sees it: %+v", v)
+	}
+	if st, body := raDecide(t, n, approverTok, ca.ID, `{"decision":"approve","always":true}`); st != http.StatusBadRequest {
+		t.Errorf("always allow on a capability call: %d %s, want 400", st, body)
+	}
+	if st, body := raDecide(t, n, approverTok, ca.ID, `{"decision":"approve"}`); st != http.StatusNoContent {
+		t.Fatalf("remote approval of a capability call: %d %s", st, body)
+	}
+	select {
+	case st := <-call:
+		if st != http.StatusOK {
+			t.Errorf("the capability call approved remotely answered %d", st)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the capability call approved remotely did not return")
+	}
+
 	// Each decision is logged and audited as made on that device (no
 	// device ID: a grant minted here counts as the phone kind, by its
 	// grant ID).
@@ -230,7 +255,7 @@ func TestRemoteApprovalRules(t *testing.T) {
 	if err := n.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	raAudited(t, n.StateDir, map[string]string{da.ID: "approved", oa.ID: "denied", pa.ID: "denied"}, store.WherePhone, approverID)
+	raAudited(t, n.StateDir, map[string]string{da.ID: "approved", oa.ID: "denied", pa.ID: "denied", ca.ID: "approved"}, store.WherePhone, approverID)
 }
 
 // raAudited checks the audit trail of the stopped node in stateDir: each
