@@ -19,6 +19,7 @@ import (
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // phRPC calls the node's A2A 0.3 JSON-RPC surface from inside its
@@ -207,4 +208,8 @@ func TestPhoneApproves(t *testing.T) {
 		}
 	}
 	e.b.CheckClean()
+
+	// The audit trail records the phone's two decisions as made on it.
+	e.node.Stop()
+	raAudited(t, e.node.StateDir, map[string]string{"first": "approved", "second": "denied"}, store.WherePhone, phoneID)
 }

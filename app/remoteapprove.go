@@ -237,6 +237,8 @@ func (n *Node) decideRemote(p *pairing.Principal, id string, rd RemoteDecision) 
 		return ErrPairingRemote
 	case !d.Approved() && d.Always:
 		return badRequest(`"always" goes with an approval`)
+	case d.Always && !v.CanAlways:
+		return badRequest(`"always allow" is offered only for a delegation from a grant; %s is a %s request`, clipID(id), a.Kind)
 	}
 	if err := n.Decide(id, d); err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // raGrant mints a grant on n with scopes and returns its ID and token.
@@ -219,11 +220,63 @@ func TestRemoteApprovalRules(t *testing.T) {
 		t.Errorf("deciding it again: %d %s, want 404", st, body)
 	}
 
-	// Each decision is logged as made on that device (no device ID: a
-	// grant minted here counts as the phone kind, by its grant ID).
+	// A capability call under policy ask: approved remotely, never with
+	// "always" (the popup does not offer it there).
+	mustCLI(t, n, "manifest", "set", "device.info", "ask")
+	_, nodeTok := raGrant(t, n, "script", "node")
+	call := invoke(t, n, nodeTok, `{"capability":"device.info"}`)
+	ca := approvalOf(t, n, app.KindCapability)
+	_, ra, _ = raList(t, n, approverTok)
+	if v, ok := raFind(ra, ca.ID); !ok || !v.CanApprove || v.CanAlways {
+		t.Errorf("a capability call as the approver sees it: %+v", v)
+	}
+	if st, body := raDecide(t, n, approverTok, ca.ID, `{"decision":"approve","always":true}`); st != http.StatusBadRequest {
+		t.Errorf("always allow on a capability call: %d %s, want 400", st, body)
+	}
+	if st, body := raDecide(t, n, approverTok, ca.ID, `{"decision":"approve"}`); st != http.StatusNoContent {
+		t.Fatalf("remote approval of a capability call: %d %s", st, body)
+	}
+	select {
+	case st := <-call:
+		if st != http.StatusOK {
+			t.Errorf("the capability call approved remotely answered %d", st)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the capability call approved remotely did not return")
+	}
+
+	// Each decision is logged and audited as made on that device (no
+	// device ID: a grant minted here counts as the phone kind, by its
+	// grant ID).
 	logs := n.Logs()
 	if !strings.Contains(logs, "approval decided on another device") || !strings.Contains(logs, "where=phone by="+approverID) {
 		t.Errorf("the node's log does not say where and by whom the remote decisions were made")
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	raAudited(t, n.StateDir, map[string]string{da.ID: "approved", oa.ID: "denied", pa.ID: "denied", ca.ID: "approved"}, store.WherePhone, approverID)
+}
+
+// raAudited checks the audit trail of the stopped node in stateDir: each
+// approval of want (its ID's summary) has one entry with that result,
+// decided via where by by.
+func raAudited(t *testing.T, stateDir string, want map[string]string, where, by string) {
+	t.Helper()
+	got := map[string]int{}
+	for _, e := range auditApprovals(t, openDB(t, stateDir)) {
+		if e.DecidedVia == where && e.DecidedBy == by {
+			got[e.Result]++
+		}
+	}
+	wantN := map[string]int{}
+	for _, r := range want {
+		wantN[r]++
+	}
+	for r, n := range wantN {
+		if got[r] != n {
+			t.Errorf("audit: %d %s entries decided via %s by %s, want %d (all: %v)", got[r], r, where, by, n, got)
+		}
 	}
 }
 
@@ -443,4 +496,10 @@ func TestApproveOnAnotherMeshtray(t *testing.T) {
 	if r := laptop.CLI("approvals", "--on", "nobody"); r.Code == 0 || !strings.Contains(r.Stderr, `named "nobody" among the paired devices`) {
 		t.Errorf("approvals --on an unknown device: exit %d\n%s", r.Code, r.Stderr)
 	}
+
+	// laptop's audit trail records both decisions as made on desktop.
+	if err := laptop.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	raAudited(t, laptop.StateDir, map[string]string{da.ID: "approved", second.ID: "denied"}, store.WhereDevice, pairing.ShortID(did.ID))
 }

@@ -237,6 +237,8 @@
         return a.grant_id ? "Capability call from " + who : "A capability call on the computer";
       case "pairing":
         return who + " wants to pair";
+      case "files":
+        return "Files from " + who;
     }
     return "Request from " + who;
   }
