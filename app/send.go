@@ -200,6 +200,9 @@ type sendRun struct {
 	result  *files.Result
 }
 
+// sendRetries is files.Client.Retries for a send.
+const sendRetries = 32
+
 // sendFollowPause is the first pause between tasks/get polls once the
 // exchange lost contact; it doubles up to sendFollowMax.
 const (
@@ -460,6 +463,10 @@ func (s *sendRun) upload(ctx context.Context, id string) error {
 		HTTP:    &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		BaseURL: base,
 		Header:  hdr,
+		// A cut resumes for about 2.5 minutes of trouble per file (backoff
+		// 0.2 s doubling to 5 s): a laptop's Wi-Fi roaming, a router
+		// restarting; the receiver's task waits 10 minutes for bytes.
+		Retries: sendRetries,
 		Logger:  s.n.log.With("pkg", "files"),
 		Progress: func(p files.Progress) {
 			s.emit(SendEvent{Type: SendEventProgress, File: p.Index, Path: s.srcs[p.Index].Entry.Path,

@@ -34,7 +34,7 @@ download folder + /meshtray), never replacing a file there ("name (1).ext").
 A cut connection resumes where it stopped. Ctrl-C cancels the transfer: the
 device removes what it had received of unfinished files.
 
-Progress goes to stderr: a bar for the file being sent and one for the whole
+Progress goes to stderr: a bar for each file under way and one for the whole
 transfer on a terminal, one line per file otherwise. At the end the saved
 files are printed (stdout): path on the device, size, SHA-256. --json prints
 the result object instead ({"task_id", "state", "message", "dir", "files"}).
@@ -129,23 +129,24 @@ func humanSize(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// sendPrinter shows a transfer's progress on stderr: on a terminal two
-// progress bars (the file, the whole) redrawn at most 10 times a second;
-// otherwise one line per state change and per file finished.
+// sendPrinter shows a transfer's progress on stderr: on a terminal a
+// progress bar per file being sent (files go up two at a time) and one for
+// the whole transfer, redrawn at most 10 times a second, a finished file's
+// bar left in place; otherwise one line per state change and per file
+// sent.
 type sendPrinter struct {
 	w     io.Writer
 	tty   bool
 	quiet bool // --json: state lines only
 
-	mu         sync.Mutex
-	file       *progressbar.ProgressBar
-	total      *progressbar.ProgressBar
-	cur        int // index of the file the bar shows; -1 none
-	drawn      bool
-	last       time.Time
-	lastState  string
-	fileDone   map[int]bool
-	totalBytes int64
+	mu        sync.Mutex
+	total     *progressbar.ProgressBar
+	bars      map[int]*progressbar.ProgressBar // files under way
+	order     []int                            // their indices, in the order they started
+	finished  map[int]bool
+	lines     int // bar lines on screen (the cursor is at the end of the last)
+	last      time.Time
+	lastState string
 }
 
 func newSendPrinter(w io.Writer, asJSON bool) *sendPrinter {
@@ -153,12 +154,15 @@ func newSendPrinter(w io.Writer, asJSON bool) *sendPrinter {
 	if f, ok := w.(*os.File); ok && !asJSON {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
-	return &sendPrinter{w: w, tty: tty, quiet: asJSON, cur: -1, fileDone: map[int]bool{}}
+	return &sendPrinter{w: w, tty: tty, quiet: asJSON, bars: map[int]*progressbar.ProgressBar{}, finished: map[int]bool{}}
 }
+
+// descWidth is the width of a bar's description (the file's path).
+const descWidth = 28
 
 func newBar(max int64, desc string) *progressbar.ProgressBar {
 	return progressbar.NewOptions64(max,
-		progressbar.OptionSetWriter(io.Discard), // drawn by sendPrinter, two lines at once
+		progressbar.OptionSetWriter(io.Discard), // drawn by sendPrinter, several lines at once
 		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionUseIECUnits(true),
@@ -169,11 +173,24 @@ func newBar(max int64, desc string) *progressbar.ProgressBar {
 	)
 }
 
+// padDesc fits a path to descWidth columns: cut from the left ("…" in
+// front), padded on the right.
+func padDesc(p string) string {
+	r := []rune(oneLine(p, 300))
+	if len(r) > descWidth {
+		r = append([]rune("…"), r[len(r)-descWidth+1:]...)
+	}
+	return string(r) + strings.Repeat(" ", descWidth-len(r))
+}
+
 func (p *sendPrinter) event(ev app.SendEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch ev.Type {
 	case app.SendEventState:
+		if ev.State == "working" && ev.Message == "" {
+			return // approved; the receiver's "receiving …" follows at once
+		}
 		line := ev.State
 		if ev.Message != "" {
 			line += ": " + ev.Message
@@ -186,50 +203,63 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		fmt.Fprintln(p.w, oneLine(line, 300))
 		p.drawLocked(true)
 	case app.SendEventProgress:
-		if p.quiet {
+		if p.quiet || p.finished[ev.File] {
 			return
 		}
+		done := ev.Done >= ev.Size
 		if !p.tty {
-			if ev.Done == ev.Size && !p.fileDone[ev.File] {
-				p.fileDone[ev.File] = true
+			if done {
+				p.finished[ev.File] = true
 				fmt.Fprintf(p.w, "sent %s (%s), %s of %s\n", oneLine(ev.Path, 200), humanSize(ev.Size), humanSize(ev.TotalDone), humanSize(ev.Total))
 			}
 			return
 		}
 		if p.total == nil {
-			p.total = newBar(ev.Total, "all files")
-			p.totalBytes = ev.Total
+			p.total = newBar(max(ev.Total, 1), padDesc("all files"))
 		}
-		if ev.File != p.cur {
-			if p.file != nil {
-				p.finishFileLocked()
-			}
-			p.cur = ev.File
-			p.file = newBar(ev.Size, trimDesc(ev.Path))
-		}
-		p.file.Set64(ev.Done)
 		p.total.Set64(ev.TotalDone)
-		p.drawLocked(ev.Done == ev.Size)
+		if done {
+			p.finished[ev.File] = true
+			p.clearLocked()
+			if b := p.bars[ev.File]; b != nil && ev.Size > 0 {
+				b.Set64(ev.Done)
+				fmt.Fprintln(p.w, barLine(b))
+			} else {
+				fmt.Fprintf(p.w, "%s %s\n", padDesc(ev.Path), humanSize(ev.Size))
+			}
+			p.dropLocked(ev.File)
+			p.drawLocked(true)
+			return
+		}
+		b := p.bars[ev.File]
+		if b == nil {
+			b = newBar(ev.Size, padDesc(ev.Path))
+			p.bars[ev.File] = b
+			p.order = append(p.order, ev.File)
+		}
+		b.Set64(ev.Done)
+		p.drawLocked(false)
 	}
 }
 
-// trimDesc fits a path for a bar's description.
-func trimDesc(p string) string {
-	p = oneLine(p, 200)
-	if r := []rune(p); len(r) > 32 {
-		return "…" + string(r[len(r)-31:])
+func (p *sendPrinter) dropLocked(i int) {
+	delete(p.bars, i)
+	for k, x := range p.order {
+		if x == i {
+			p.order = append(p.order[:k], p.order[k+1:]...)
+			break
+		}
 	}
-	return p
 }
 
-// finishFileLocked leaves the finished file's bar on its own line.
-func (p *sendPrinter) finishFileLocked() {
-	p.clearLocked()
-	fmt.Fprintln(p.w, strings.TrimLeft(p.file.String(), "\r"))
-	p.file = nil
+// barLine is a bar's rendering as one line.
+func barLine(b *progressbar.ProgressBar) string {
+	return strings.TrimRight(strings.TrimLeft(b.String(), "\r"), " ")
 }
 
-// drawLocked redraws both bars (at most every 100 ms unless force).
+// drawLocked redraws the bars of the files under way and the total (at
+// most every 100 ms unless force), leaving the cursor at the end of the
+// total's line.
 func (p *sendPrinter) drawLocked(force bool) {
 	if !p.tty || p.total == nil {
 		return
@@ -239,34 +269,35 @@ func (p *sendPrinter) drawLocked(force bool) {
 	}
 	p.last = time.Now()
 	p.clearLocked()
-	if p.file != nil {
-		fmt.Fprintf(p.w, "%s\n", strings.TrimLeft(p.file.String(), "\r"))
-	} else {
-		fmt.Fprintln(p.w)
+	for _, i := range p.order {
+		fmt.Fprintln(p.w, barLine(p.bars[i]))
 	}
-	fmt.Fprintf(p.w, "\x1b[K%s", strings.TrimLeft(p.total.String(), "\r"))
-	p.drawn = true
+	fmt.Fprint(p.w, barLine(p.total))
+	p.lines = len(p.order) + 1
 }
 
-// clearLocked erases the two bar lines and leaves the cursor where they
-// began.
+// clearLocked erases the bar lines and leaves the cursor where they began.
 func (p *sendPrinter) clearLocked() {
-	if !p.drawn {
+	if p.lines == 0 {
 		return
 	}
-	fmt.Fprint(p.w, "\r\x1b[K\x1b[1A\r\x1b[K")
-	p.drawn = false
+	fmt.Fprint(p.w, "\r\x1b[K")
+	for range p.lines - 1 {
+		fmt.Fprint(p.w, "\x1b[1A\r\x1b[K")
+	}
+	p.lines = 0
 }
 
-// finish ends the display: the last file's bar and the total stay.
+// finish ends the display: the bars still on screen stay, as they are.
 func (p *sendPrinter) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tty && p.file != nil {
-		p.finishFileLocked()
+	if !p.tty || p.total == nil {
+		return
 	}
-	if p.tty && p.total != nil {
-		p.clearLocked()
-		fmt.Fprintln(p.w, strings.TrimLeft(p.total.String(), "\r"))
+	p.clearLocked()
+	for _, i := range p.order {
+		fmt.Fprintln(p.w, barLine(p.bars[i]))
 	}
+	fmt.Fprintln(p.w, barLine(p.total))
 }
