@@ -386,6 +386,9 @@ func TestKillWhileDecidingKeepsAcknowledgedDecisions(t *testing.T) {
 	if len(again) != len(rows) {
 		t.Errorf("%d pending after the restart, want the %d left undecided", len(again), len(rows))
 	}
+	if r := n.CLI("audit", "verify"); r.Code != 0 {
+		t.Errorf("meshtray audit verify after the kill: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
 	if err := n.Stop(); err != nil {
 		t.Fatal(err)
 	}
