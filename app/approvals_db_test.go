@@ -329,3 +329,40 @@ func waitList(t *testing.T, q *Approvals, n int) {
 		}
 	}
 }
+
+// TestRestoredFilesApprovalReclaimed: a file transfer's approval is kept
+// across a restart like a delegation's and taken back by its task's re-ask
+// with the same id (the files list comes from the re-asked request).
+func TestRestoredFilesApprovalReclaimed(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openTestDB(t, path)
+	q, _ := dbQueue(t, db, time.Minute, nil)
+	id, err := q.Post(Approval{Kind: KindFiles, GrantID: "g", Peer: "phone", Summary: "2 files", TaskID: "tf",
+		Files: []ApprovalFile{{Path: "a.txt", Size: 3}}}, func(ApprovalDecision) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	db.Close()
+
+	db2 := openTestDB(t, path)
+	q2, _ := dbQueue(t, db2, time.Minute, func(task string) bool { return task == "tf" })
+	defer q2.Close()
+	got := make(chan ApprovalDecision, 1)
+	id2, err := q2.Post(Approval{Kind: KindFiles, GrantID: "g", Peer: "phone", Summary: "2 files", TaskID: "tf",
+		Files: []ApprovalFile{{Path: "a.txt", Size: 3}}}, func(d ApprovalDecision) { got <- d })
+	if err != nil || id2 != id {
+		t.Fatalf("re-asked files approval: %s %v; want id %s", id2, err, id)
+	}
+	if a, _ := q2.Get(id2); a.Kind != KindFiles || len(a.Files) != 1 || !a.Restored {
+		t.Fatalf("re-asked files approval = %+v", a)
+	}
+	if err := q2.Decide(id2, ApprovalDecision{Decision: DecisionDeny, Where: store.WhereTray}); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	if es := approvalEntries(t, db2); len(es) != 1 || es[0].TaskID != "tf" || !strings.HasPrefix(es[0].Subject, "files: ") {
+		t.Fatalf("entries = %+v", es)
+	}
+}

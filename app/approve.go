@@ -260,13 +260,17 @@ func (n *Node) Decide(id string, d ApprovalDecision) error {
 		}
 		d.Scopes = sc
 	}
-	if a.Kind == KindPairing && d.Approved() && a.Restored {
-		// Refuse before anything is recorded: a grant for a claimant that
-		// stopped waiting would reach nobody.
-		if err := n.pairer.Approvable(n.approvals.pairingRequest(id)); errors.Is(err, pairing.ErrClaimantAway) {
+	if a.Kind == KindPairing && d.Approved() {
+		// Refuse before anything is recorded: an approval the pairer cannot
+		// carry out (a grant for a claimant that stopped waiting would
+		// reach nobody) is not recorded as one.
+		switch err := n.pairer.Approvable(n.approvals.pairingRequest(id)); {
+		case errors.Is(err, pairing.ErrClaimantAway):
 			return fmt.Errorf("%w: %s asked before this node restarted and has not polled since (it stopped waiting, "+
 				"or has not reconnected yet), so nothing was granted. If its screen still says it is waiting, "+
 				"approve again in a few seconds; otherwise deny it and pair again with a new code", err, a.Peer)
+		case err != nil:
+			return fmt.Errorf("%w: %s (nothing was granted)", ErrNoApproval, err)
 		}
 	}
 	if err := n.approvals.Decide(id, d); err != nil {

@@ -65,6 +65,9 @@ func (c *Client) Approvals(ctx context.Context) ([]Approval, error) {
 
 // Decide is POST /approvals/{id} (owner only): the owner's decision.
 func (c *Client) Decide(ctx context.Context, id string, d ApprovalDecision) error {
+	if d.Where == "" {
+		d.Where = c.Where // the audit trail says where the owner decided
+	}
 	return c.Do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id), d, nil)
 }
 

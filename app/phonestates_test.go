@@ -5,6 +5,8 @@ package app_test
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,7 +18,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"meshtray/app"
+	"meshtray/app/apptest"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // phoneEnv is one node and one phone browser sharing a network namespace:
@@ -296,17 +300,42 @@ func TestPhonePageStates(t *testing.T) {
 			e.claim()
 			e.b.Visible("view-sas", 20*time.Second)
 			e.pairingApproval()
-			// The node dies (a clean stop would refuse the pending request,
-			// which the page rightly shows as declined).
+			// The node dies.
 			port := e.node.Port
 			e.node.Kill()
 			e.b.WaitJS("the lost-contact notice", `document.getElementById("banner").textContent.startsWith("Lost contact")`, 20*time.Second)
 			e.b.Screenshot("lost-contact")
 			// The node comes back (same state dir and port) without the
-			// request: the page says so instead of waiting forever.
+			// request (its database gone: a node that never kept it): the
+			// page says so instead of waiting forever.
+			for _, f := range []string{store.DefaultFile, store.DefaultFile + "-wal", store.DefaultFile + "-shm"} {
+				os.Remove(filepath.Join(e.node.StateDir, f))
+			}
 			e.node = startPhNode(t, e.lab.laptop, phNodeOptions{Name: phStatesDevice, StateDir: e.node.StateDir, Port: port})
 			e.problem("Request no longer known")
 			e.b.Screenshot("unknown-request")
+		}},
+		{"lost contact, then approved after the restart", func(t *testing.T, e *phoneEnv) {
+			e.open(e.url)
+			e.claim()
+			e.b.Visible("view-sas", 20*time.Second)
+			a := e.pairingApproval()
+			port := e.node.Port
+			e.node.Kill()
+			e.b.WaitJS("the lost-contact notice", `document.getElementById("banner").textContent.startsWith("Lost contact")`, 20*time.Second)
+			// The node comes back with the request (same id); the page,
+			// still waiting, polls again and the owner approves.
+			e.node = startPhNode(t, e.lab.laptop, phNodeOptions{Name: phStatesDevice, StateDir: e.node.StateDir, Port: port})
+			if b := e.pairingApproval(); b.ID != a.ID || !b.Restored || b.SAS != "" {
+				t.Fatalf("after the restart the request is %+v; before it was %+v", b, a)
+			}
+			apptest.WaitFor(t, 30*time.Second, "the approval once the page polls again", func() bool {
+				return e.node.API("POST", "/approvals/"+a.ID, app.ApprovalDecision{Decision: app.DecisionApprove,
+					Scopes: pairing.Scopes{pairing.ScopeAgent, pairing.ScopeNode}}, nil) == nil
+			})
+			e.b.Visible("view-remote", 40*time.Second)
+			e.b.WaitJS("the manifest", `document.querySelectorAll("#caps li").length > 0`, 20*time.Second)
+			e.b.Screenshot("approved-after-restart")
 		}},
 		{"paused, then resumed", func(t *testing.T, e *phoneEnv) {
 			id := e.pairPhone()

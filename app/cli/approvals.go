@@ -12,7 +12,6 @@ import (
 
 	"meshtray/app"
 	"meshtray/pairing"
-	"meshtray/store"
 )
 
 func (c *cli) approvalsCommand() *cobra.Command {
@@ -174,7 +173,7 @@ func (c *cli) approveCommand() *cobra.Command {
 				}
 				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionApprove, Always: always})
 			}
-			d := app.ApprovalDecision{Decision: app.DecisionApprove, Always: always, Where: store.WhereCLI}
+			d := app.ApprovalDecision{Decision: app.DecisionApprove, Always: always, Where: app.WhereCLI}
 			if scopes != "" {
 				sc, err := scopesFlag(scopes)
 				if err != nil {
@@ -299,7 +298,7 @@ func (c *cli) denyCommand() *cobra.Command {
 				return err
 			}
 			defer done()
-			if err := cl.Decide(ctx, args[0], app.ApprovalDecision{Decision: app.DecisionDeny, Where: store.WhereCLI}); err != nil {
+			if err := cl.Decide(ctx, args[0], app.ApprovalDecision{Decision: app.DecisionDeny, Where: app.WhereCLI}); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.opts.Stdout, "denied %s\n", args[0])

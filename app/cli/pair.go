@@ -15,7 +15,6 @@ import (
 
 	"meshtray/app"
 	"meshtray/pairing"
-	"meshtray/store"
 )
 
 func (c *cli) pairCommand() *cobra.Command {
@@ -265,7 +264,7 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *app.Client, expires
 				}
 				d = app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: sc}
 			}
-			d.Where = store.WhereCLI
+			d.Where = app.WhereCLI
 			if err := cl.Decide(ctx, a.ID, d); err != nil {
 				if ctx.Err() != nil {
 					return ended()

@@ -24,7 +24,6 @@ import (
 	"meshtray/mesh"
 	"meshtray/nodes"
 	"meshtray/pairing"
-	"meshtray/store"
 )
 
 // Window titles; tests find the windows by them.
@@ -342,7 +341,7 @@ func (u *uiProc) approvalsWindow() *uiWin {
 	uw := &uiWin{}
 	var v *approvalView
 	v = newApprovalView(func(a app.Approval, d app.ApprovalDecision) {
-		d.Where = store.WhereTray // the audit trail says where the owner decided
+		d.Where = app.WhereTray // the audit trail says where the owner decided
 		u.bg(func(ctx context.Context) func() {
 			err := send(ctx, func(ctx context.Context) error { return u.api.Decide(ctx, a.ID, d) })
 			return func() {
@@ -476,7 +475,7 @@ func (u *uiProc) pairWindow() *uiWin {
 				d = app.ApprovalDecision{Decision: app.DecisionApprove, Scopes: sc}
 				decided, claimant = a.ID, a
 			}
-			d.Where = store.WhereTray
+			d.Where = app.WhereTray
 			u.bg(func(ctx context.Context) func() {
 				err := send(ctx, func(ctx context.Context) error { return u.api.Decide(ctx, a.ID, d) })
 				return func() {
