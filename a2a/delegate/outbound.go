@@ -426,7 +426,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		return OutboundTask{}, fmt.Errorf("%w: shutting down", agent.ErrUnavailable)
 	}
 	o.wg.Add(1)
-	stream := e.view.Streaming
+	stream, id := e.view.Streaming, e.view.ID
 	o.mu.Unlock()
 	go func() {
 		defer o.wg.Done()
@@ -443,7 +443,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		})
 		if err != nil && fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
 			err = fmt.Errorf("%w: the node stopped following this task after %s; it may go on at the agent (`meshtray cancel %s` stops it there)",
-				errFollowLimit, o.o.MaxFollow, e.view.ID)
+				errFollowLimit, o.o.MaxFollow, id)
 		}
 		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
 			o.o.Agents.report(e.agent, err)
@@ -461,7 +461,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		if err != nil {
 			return OutboundTask{}, err
 		}
-		return o.Get(e.view.ID)
+		return o.Get(id)
 	case <-ctx.Done():
 		return OutboundTask{}, ctx.Err()
 	}

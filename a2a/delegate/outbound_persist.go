@@ -302,7 +302,10 @@ func (o *Outbound) followUp(e *outEntry) {
 	defer o.wg.Done()
 	fctx, cancel := context.WithTimeoutCause(o.ctx, o.o.MaxFollow, errFollowLimit)
 	defer cancel()
-	if e.view.TaskID == "" {
+	o.mu.Lock()
+	id, taskID := e.view.ID, e.view.TaskID
+	o.mu.Unlock()
+	if taskID == "" {
 		now := o.o.Now()
 		o.commit(e, always, func(e *outEntry) bool {
 			e.view.State, e.view.Message, e.view.Error, e.view.Following = a2a.TaskStateFailed, lostAtRestart, "", false
@@ -330,7 +333,7 @@ func (o *Outbound) followUp(e *outEntry) {
 				err = errors.New("no answer")
 			}
 			err = fmt.Errorf("%w: the node stopped following this task after %s (%v); it may go on at the agent (`meshtray cancel %s` stops it there)",
-				errFollowLimit, o.o.MaxFollow, err, e.view.ID)
+				errFollowLimit, o.o.MaxFollow, err, id)
 		}
 		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
 			o.o.Agents.report(e.agent, err)
@@ -346,7 +349,7 @@ func (o *Outbound) followUp(e *outEntry) {
 			e.view.Updated = now
 			return true
 		})
-		o.log.Info("cannot reach the agent of a delegated task; trying again", "task", e.view.ID, "agent", e.agent.ID, "in", delay, "err", err)
+		o.log.Info("cannot reach the agent of a delegated task; trying again", "task", id, "agent", e.agent.ID, "in", delay, "err", err)
 		t := time.NewTimer(jitter(delay))
 		select {
 		case <-fctx.Done():
