@@ -89,6 +89,11 @@ func TestOutboundAcrossRestart(t *testing.T) {
 			}
 			done := send("chunks 5")
 			_, doneFinal := watchAll(t, ob, done.ID)
+			// Shown ended means written ended (not left to a batch).
+			recs, err := db.OutboundTasks(ctx)
+			if err != nil || len(recs) != 1 || recs[0].ID != done.ID || recs[0].State != store.StateCompleted || recs[0].Following {
+				t.Fatalf("the database when the view showed %s completed: %+v %v", done.ID, recs, err)
+			}
 			asked := send("ask")
 			_, askedFinal := watchAll(t, ob, asked.ID)
 			if askedFinal.State != a2a.TaskStateInputRequired {
