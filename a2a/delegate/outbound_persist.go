@@ -254,10 +254,12 @@ func (o *Outbound) entryOf(r store.Outbound) (*outEntry, error) {
 // task is terminal or waits for input. A task its agent no longer knows
 // ends failed saying so; one whose agent cannot be reached stays live with
 // Error "cannot reach the agent: ..." and is tried again with backoff
-// (followUpFirst doubling to followUpMax) for at most MaxFollow. A task the
-// agent never answered (no task id) ends failed: nothing names it there.
-// A record that cannot be read is skipped and logged. It returns how many
-// tasks it restored.
+// (followUpFirst doubling to followUpMax) for at most MaxFollow. A
+// delegation is written once its agent answered (Delegate returns then), so
+// one still waiting for that answer is not kept; a live record without a
+// task id (none is written so) would end failed: nothing names it at the
+// agent. A record that cannot be read is skipped and logged. It returns
+// how many tasks it restored.
 func (o *Outbound) Restore(ctx context.Context) (int, error) {
 	if o.o.Store == nil {
 		return 0, nil
