@@ -258,6 +258,7 @@ type outEntry struct {
 	changed    chan struct{} // closed at the next change; made on demand
 	stored     bool          // written to the store at least once
 	final      bool          // written in a terminal state: the store takes no more
+	checking   bool          // Following is a follow-up after a restart (an answer waits for it)
 }
 
 // NewOutbound returns the outbound view over o.Agents.
@@ -481,7 +482,7 @@ func (o *Outbound) finish(e *outEntry, err error, got, isNew bool) {
 	}
 	now := o.o.Now()
 	o.commit(e, always, func(e *outEntry) bool {
-		e.view.Following = false
+		e.view.Following, e.checking = false, false
 		switch {
 		case err == nil:
 			e.view.Error = ""
@@ -734,6 +735,26 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 		o.wmu.Unlock()
 		return OutboundTask{}, err
 	}
+	for e.checking && agent.Interrupted(e.view.State) {
+		// A follow-up after a restart is asking the agent about the
+		// question: wait for its answer (one tasks/get).
+		ch := e.waitLocked()
+		o.mu.Unlock()
+		o.wmu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return OutboundTask{}, ctx.Err()
+		}
+		o.wmu.Lock()
+		o.mu.Lock()
+		if o.byID[e.view.ID] != e {
+			id := e.view.ID
+			o.mu.Unlock()
+			o.wmu.Unlock()
+			return OutboundTask{}, fmt.Errorf("%w: %s left the view", ErrOutboundNotFound, id)
+		}
+	}
 	st, following := e.view.State, e.view.Following
 	if !agent.Interrupted(st) || following || e.view.TaskID == "" {
 		id := e.view.ID
@@ -741,9 +762,6 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 		o.wmu.Unlock()
 		if following && !agent.Interrupted(st) {
 			return OutboundTask{}, fmt.Errorf("%w: task %s is %s; answer it when it asks (input-required)", ErrOutboundState, id, st)
-		}
-		if following {
-			return OutboundTask{}, fmt.Errorf("%w: task %s is being followed up at its agent; try again in a moment", ErrOutboundState, id)
 		}
 		return OutboundTask{}, fmt.Errorf("%w: task %s is %s; only a task asking for input (input-required) takes an answer", ErrOutboundState, id, st)
 	}

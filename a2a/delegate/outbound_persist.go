@@ -173,7 +173,7 @@ func (o *Outbound) put(r store.Outbound) {
 
 // cloneLocked copies what a change of e may touch.
 func (e *outEntry) cloneLocked() *outEntry {
-	c := &outEntry{view: e.view, agent: e.agent, wantStream: e.wantStream, bytes: e.bytes, stored: e.stored, final: e.final}
+	c := &outEntry{view: e.view, agent: e.agent, wantStream: e.wantStream, bytes: e.bytes, stored: e.stored, final: e.final, checking: e.checking}
 	if e.view.Artifacts != nil {
 		c.view.Artifacts = make([]OutboundArtifact, len(e.view.Artifacts))
 		for i, a := range e.view.Artifacts {
@@ -187,7 +187,7 @@ func (e *outEntry) cloneLocked() *outEntry {
 
 // installLocked takes the changed copy c of e.
 func (e *outEntry) installLocked(c *outEntry) {
-	e.view, e.arts, e.artIdx, e.bytes = c.view, c.arts, c.artIdx, c.bytes
+	e.view, e.arts, e.artIdx, e.bytes, e.checking = c.view, c.arts, c.artIdx, c.bytes, c.checking
 }
 
 // recordLocked is e as the store keeps it. A terminal task is written as
@@ -324,7 +324,7 @@ func (o *Outbound) followUp(e *outEntry) {
 			if x.view.State.Terminal() || x.view.Following || o.byID[x.view.ID] != e {
 				return false
 			}
-			x.view.Following = true
+			x.view.Following, x.checking = true, true
 			return true
 		}) {
 			return
@@ -346,7 +346,7 @@ func (o *Outbound) followUp(e *outEntry) {
 		}
 		now := o.o.Now()
 		o.commit(e, always, func(e *outEntry) bool {
-			e.view.Following = false
+			e.view.Following, e.checking = false, false
 			e.view.Error = unreachablePrefix + err.Error()
 			e.view.Updated = now
 			return true

@@ -201,13 +201,13 @@ func TestOutboundRestoredTaskAgentUnreachable(t *testing.T) {
 	got := waitTask(t, ob2, task.ID, "an unreachable agent said", func(x OutboundTask) bool {
 		return strings.HasPrefix(x.Error, unreachablePrefix)
 	})
-	if got.State != a2a.TaskStateWorking || got.Following {
+	if got.State.Terminal() || got.Following {
 		t.Fatalf("unreachable: %+v", got)
 	}
 	got = waitTask(t, ob2, task.ID, "the node giving up", func(x OutboundTask) bool {
 		return strings.Contains(x.Error, "stopped trying after 3s")
 	})
-	if got.State != a2a.TaskStateWorking || got.Following || !strings.HasPrefix(got.Error, unreachablePrefix) {
+	if got.State.Terminal() || got.Following || !strings.HasPrefix(got.Error, unreachablePrefix) {
 		t.Fatalf("given up: %+v", got)
 	}
 }
