@@ -29,7 +29,9 @@ import (
 // a2asrv's in-memory task store does).
 
 // heldAgent's executor holds a task "hold NAME" working until the test
-// lets NAME go, then completes it with artifact "result" "NAME done".
+// lets NAME go, then completes it with artifact "result" "NAME done";
+// "ask" asks a name (input-required), and the answer X completes it with
+// artifact "result" "X done".
 type heldAgent struct {
 	URL     string
 	addr    string
@@ -60,6 +62,24 @@ func (x *heldAgent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q ev
 		if tp, ok := p.(a2a.TextPart); ok {
 			txt += tp.Text
 		}
+	}
+	if rc.StoredTask != nil && rc.StoredTask.Status.State == a2a.TaskStateInputRequired {
+		art := a2a.NewArtifactEvent(rc, a2a.TextPart{Text: txt + " done"})
+		art.Artifact.Name = "result"
+		if err := q.Write(ctx, art); err != nil {
+			return err
+		}
+		done := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateCompleted, nil)
+		done.Final = true
+		return q.Write(ctx, done)
+	}
+	if txt == "ask" {
+		if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+			return err
+		}
+		ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateInputRequired, a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: "what is your name?"}))
+		ev.Final = true
+		return q.Write(ctx, ev)
 	}
 	name, ok := strings.CutPrefix(txt, "hold ")
 	if !ok {
@@ -215,12 +235,28 @@ func TestOutboundAcrossNodeRestarts(t *testing.T) {
 	}
 
 	// kill -9 while the agent works; it finishes while the node is down.
+	// A question asked before the kill is answered after it; a task
+	// working then is canceled after it.
 	one := delegateDetached(t, n, ag.URL, "hold one")
 	ag.waitStarted(t, "one")
+	ask := delegateDetached(t, n, ag.URL, "ask")
+	waitOutbound(t, n, ask.ID, "asking", func(x delegate.OutboundTask) bool { return x.State == a2a.TaskStateInputRequired && !x.Following })
+	stop := delegateDetached(t, n, ag.URL, "hold stop")
+	ag.waitStarted(t, "stop")
 	kill9(t, n)
 	ag.let("one")
 	n = apptest.StartNode(t, opts)
 	waitOutbound(t, n, one.ID, "completed after the restart", completed("one"))
+	waitOutbound(t, n, ask.ID, "still asking, checked at the agent", func(x delegate.OutboundTask) bool {
+		return x.State == a2a.TaskStateInputRequired && !x.Following && x.Message == "what is your name?"
+	})
+	mustCLI(t, n, "answer", ask.ID, "Ada", "--detach")
+	waitOutbound(t, n, ask.ID, "completed by the answer", completed("Ada"))
+	waitOutbound(t, n, stop.ID, "followed up", func(x delegate.OutboundTask) bool { return x.State == a2a.TaskStateWorking && x.Following })
+	var canceled delegate.OutboundTask
+	if err := json.Unmarshal([]byte(mustCLI(t, n, "cancel", stop.ID, "--json").Stdout), &canceled); err != nil || canceled.State != a2a.TaskStateCanceled {
+		t.Fatalf("cancel of a restored task: %+v %v", canceled, err)
+	}
 
 	// kill -9, and the agent finishes after the node is back.
 	two := delegateDetached(t, n, ag.URL, "hold two")

@@ -258,6 +258,7 @@ type outEntry struct {
 	changed    chan struct{} // closed at the next change; made on demand
 	stored     bool          // written to the store at least once
 	final      bool          // written in a terminal state: the store takes no more
+	checking   bool          // Following is a follow-up after a restart (an answer waits for it)
 }
 
 // NewOutbound returns the outbound view over o.Agents.
@@ -426,7 +427,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		return OutboundTask{}, fmt.Errorf("%w: shutting down", agent.ErrUnavailable)
 	}
 	o.wg.Add(1)
-	stream := e.view.Streaming
+	stream, id := e.view.Streaming, e.view.ID
 	o.mu.Unlock()
 	go func() {
 		defer o.wg.Done()
@@ -443,7 +444,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		})
 		if err != nil && fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
 			err = fmt.Errorf("%w: the node stopped following this task after %s; it may go on at the agent (`meshtray cancel %s` stops it there)",
-				errFollowLimit, o.o.MaxFollow, e.view.ID)
+				errFollowLimit, o.o.MaxFollow, id)
 		}
 		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
 			o.o.Agents.report(e.agent, err)
@@ -461,7 +462,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 		if err != nil {
 			return OutboundTask{}, err
 		}
-		return o.Get(e.view.ID)
+		return o.Get(id)
 	case <-ctx.Done():
 		return OutboundTask{}, ctx.Err()
 	}
@@ -481,7 +482,7 @@ func (o *Outbound) finish(e *outEntry, err error, got, isNew bool) {
 	}
 	now := o.o.Now()
 	o.commit(e, always, func(e *outEntry) bool {
-		e.view.Following = false
+		e.view.Following, e.checking = false, false
 		switch {
 		case err == nil:
 			e.view.Error = ""
@@ -734,6 +735,26 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 		o.wmu.Unlock()
 		return OutboundTask{}, err
 	}
+	for e.checking && agent.Interrupted(e.view.State) {
+		// A follow-up after a restart is asking the agent about the
+		// question: wait for its answer (one tasks/get).
+		ch := e.waitLocked()
+		o.mu.Unlock()
+		o.wmu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return OutboundTask{}, ctx.Err()
+		}
+		o.wmu.Lock()
+		o.mu.Lock()
+		if o.byID[e.view.ID] != e {
+			id := e.view.ID
+			o.mu.Unlock()
+			o.wmu.Unlock()
+			return OutboundTask{}, fmt.Errorf("%w: %s left the view", ErrOutboundNotFound, id)
+		}
+	}
 	st, following := e.view.State, e.view.Following
 	if !agent.Interrupted(st) || following || e.view.TaskID == "" {
 		id := e.view.ID
@@ -741,9 +762,6 @@ func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (Out
 		o.wmu.Unlock()
 		if following && !agent.Interrupted(st) {
 			return OutboundTask{}, fmt.Errorf("%w: task %s is %s; answer it when it asks (input-required)", ErrOutboundState, id, st)
-		}
-		if following {
-			return OutboundTask{}, fmt.Errorf("%w: task %s is being followed up at its agent; try again in a moment", ErrOutboundState, id)
 		}
 		return OutboundTask{}, fmt.Errorf("%w: task %s is %s; only a task asking for input (input-required) takes an answer", ErrOutboundState, id, st)
 	}

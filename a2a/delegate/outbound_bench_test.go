@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 
 	agent "meshtray/a2a"
+	"meshtray/store"
 )
 
 // What meshtray's outbound side costs on top of a bare a2a-go client, side
@@ -19,6 +21,7 @@ import (
 //
 // BenchmarkOutbound/direct       a2a-go client, message/stream, drain to final
 // BenchmarkOutbound/delegate     Outbound.Delegate + Watch to End (card TTL, tracker, view)
+// BenchmarkOutbound/delegate-db  the same, the view written through to a SQLite file (package store)
 // BenchmarkForward/direct        a2a-go client -> a2asrv, message/send (blocking)
 // BenchmarkForward/via-meshtray  a2a-go client -> meshtray (auth, policy allow, forward executor) -> a2asrv
 //
@@ -44,9 +47,9 @@ func BenchmarkOutbound(b *testing.B) {
 			}
 		}
 	})
-	b.Run("delegate", func(b *testing.B) {
+	delegate := func(b *testing.B, db OutboundStore) {
 		a, _ := newAgents(b, AgentsOptions{})
-		ob := NewOutbound(OutboundOptions{Agents: a})
+		ob := NewOutbound(OutboundOptions{Agents: a, Store: db})
 		defer ob.Close()
 		ag, err := a.Add(ctx, up.hs.URL, "")
 		if err != nil {
@@ -62,6 +65,15 @@ func BenchmarkOutbound(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+	b.Run("delegate", func(b *testing.B) { delegate(b, nil) })
+	b.Run("delegate-db", func(b *testing.B) {
+		db, err := store.Open(filepath.Join(b.TempDir(), store.DefaultFile), store.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		delegate(b, db)
 	})
 }
 

@@ -173,7 +173,7 @@ func (o *Outbound) put(r store.Outbound) {
 
 // cloneLocked copies what a change of e may touch.
 func (e *outEntry) cloneLocked() *outEntry {
-	c := &outEntry{view: e.view, agent: e.agent, wantStream: e.wantStream, bytes: e.bytes, stored: e.stored, final: e.final}
+	c := &outEntry{view: e.view, agent: e.agent, wantStream: e.wantStream, bytes: e.bytes, stored: e.stored, final: e.final, checking: e.checking}
 	if e.view.Artifacts != nil {
 		c.view.Artifacts = make([]OutboundArtifact, len(e.view.Artifacts))
 		for i, a := range e.view.Artifacts {
@@ -187,7 +187,7 @@ func (e *outEntry) cloneLocked() *outEntry {
 
 // installLocked takes the changed copy c of e.
 func (e *outEntry) installLocked(c *outEntry) {
-	e.view, e.arts, e.artIdx, e.bytes = c.view, c.arts, c.artIdx, c.bytes
+	e.view, e.arts, e.artIdx, e.bytes, e.checking = c.view, c.arts, c.artIdx, c.bytes, c.checking
 }
 
 // recordLocked is e as the store keeps it. A terminal task is written as
@@ -254,10 +254,12 @@ func (o *Outbound) entryOf(r store.Outbound) (*outEntry, error) {
 // task is terminal or waits for input. A task its agent no longer knows
 // ends failed saying so; one whose agent cannot be reached stays live with
 // Error "cannot reach the agent: ..." and is tried again with backoff
-// (followUpFirst doubling to followUpMax) for at most MaxFollow. A task the
-// agent never answered (no task id) ends failed: nothing names it there.
-// A record that cannot be read is skipped and logged. It returns how many
-// tasks it restored.
+// (followUpFirst doubling to followUpMax) for at most MaxFollow. A
+// delegation is written once its agent answered (Delegate returns then), so
+// one still waiting for that answer is not kept; a live record without a
+// task id (none is written so) would end failed: nothing names it at the
+// agent. A record that cannot be read is skipped and logged. It returns
+// how many tasks it restored.
 func (o *Outbound) Restore(ctx context.Context) (int, error) {
 	if o.o.Store == nil {
 		return 0, nil
@@ -302,7 +304,10 @@ func (o *Outbound) followUp(e *outEntry) {
 	defer o.wg.Done()
 	fctx, cancel := context.WithTimeoutCause(o.ctx, o.o.MaxFollow, errFollowLimit)
 	defer cancel()
-	if e.view.TaskID == "" {
+	o.mu.Lock()
+	id, taskID := e.view.ID, e.view.TaskID
+	o.mu.Unlock()
+	if taskID == "" {
 		now := o.o.Now()
 		o.commit(e, always, func(e *outEntry) bool {
 			e.view.State, e.view.Message, e.view.Error, e.view.Following = a2a.TaskStateFailed, lostAtRestart, "", false
@@ -319,7 +324,7 @@ func (o *Outbound) followUp(e *outEntry) {
 			if x.view.State.Terminal() || x.view.Following || o.byID[x.view.ID] != e {
 				return false
 			}
-			x.view.Following = true
+			x.view.Following, x.checking = true, true
 			return true
 		}) {
 			return
@@ -330,7 +335,7 @@ func (o *Outbound) followUp(e *outEntry) {
 				err = errors.New("no answer")
 			}
 			err = fmt.Errorf("%w: the node stopped following this task after %s (%v); it may go on at the agent (`meshtray cancel %s` stops it there)",
-				errFollowLimit, o.o.MaxFollow, err, e.view.ID)
+				errFollowLimit, o.o.MaxFollow, err, id)
 		}
 		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
 			o.o.Agents.report(e.agent, err)
@@ -341,12 +346,12 @@ func (o *Outbound) followUp(e *outEntry) {
 		}
 		now := o.o.Now()
 		o.commit(e, always, func(e *outEntry) bool {
-			e.view.Following = false
+			e.view.Following, e.checking = false, false
 			e.view.Error = unreachablePrefix + err.Error()
 			e.view.Updated = now
 			return true
 		})
-		o.log.Info("cannot reach the agent of a delegated task; trying again", "task", e.view.ID, "agent", e.agent.ID, "in", delay, "err", err)
+		o.log.Info("cannot reach the agent of a delegated task; trying again", "task", id, "agent", e.agent.ID, "in", delay, "err", err)
 		t := time.NewTimer(jitter(delay))
 		select {
 		case <-fctx.Done():

@@ -89,6 +89,11 @@ func TestOutboundAcrossRestart(t *testing.T) {
 			}
 			done := send("chunks 5")
 			_, doneFinal := watchAll(t, ob, done.ID)
+			// Shown ended means written ended (not left to a batch).
+			recs, err := db.OutboundTasks(ctx)
+			if err != nil || len(recs) != 1 || recs[0].ID != done.ID || recs[0].State != store.StateCompleted || recs[0].Following {
+				t.Fatalf("the database when the view showed %s completed: %+v %v", done.ID, recs, err)
+			}
 			asked := send("ask")
 			_, askedFinal := watchAll(t, ob, asked.ID)
 			if askedFinal.State != a2a.TaskStateInputRequired {
@@ -196,13 +201,13 @@ func TestOutboundRestoredTaskAgentUnreachable(t *testing.T) {
 	got := waitTask(t, ob2, task.ID, "an unreachable agent said", func(x OutboundTask) bool {
 		return strings.HasPrefix(x.Error, unreachablePrefix)
 	})
-	if got.State != a2a.TaskStateWorking || got.Following {
+	if got.State.Terminal() || got.Following {
 		t.Fatalf("unreachable: %+v", got)
 	}
 	got = waitTask(t, ob2, task.ID, "the node giving up", func(x OutboundTask) bool {
 		return strings.Contains(x.Error, "stopped trying after 3s")
 	})
-	if got.State != a2a.TaskStateWorking || got.Following || !strings.HasPrefix(got.Error, unreachablePrefix) {
+	if got.State.Terminal() || got.Following || !strings.HasPrefix(got.Error, unreachablePrefix) {
 		t.Fatalf("given up: %+v", got)
 	}
 }
