@@ -20,7 +20,7 @@ const (
 
 // everything is the notice a new /events stream starts with: whatever the
 // subscriber saw before it connected may have changed, so it re-reads all.
-var everything = []EventType{EventStatus, EventApprovals, EventPeers, EventGrants, EventTasks, EventPairing, EventAgents, EventUI}
+var everything = []EventType{EventStatus, EventApprovals, EventPeers, EventGrants, EventTasks, EventPairing, EventAgents, EventUI, EventFiles}
 
 // hub fans change notices out to subscribers. Notices coalesce: a slow
 // subscriber sees each changed type once, never a backlog, and a publisher

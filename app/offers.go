@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2aproject/a2a-go/a2a"
+
 	"meshtray/files"
 	"meshtray/jsonout"
 	"meshtray/pairing"
@@ -364,6 +366,54 @@ func (t *offerTable) wait(ctx context.Context, o *offer, progress func(OfferProg
 
 // errOfferDone ends an offer whose files were all downloaded.
 var errOfferDone = errors.New("downloaded")
+
+// offerFiles offers the files and folders at paths to g, a device that
+// reaches this one only through its browser page (a phone), and follows
+// the offer like a transfer (Node.SendFiles): a state line "working"
+// once it is listed on the phone's page, progress lines as the phone
+// downloads, and the result: completed when every file was downloaded
+// whole, rejected when the phone declined, failed when it expired,
+// canceled when ctx ended first (the offer is withdrawn) or the grant
+// was paused or revoked. An error is a refusal before anything was
+// offered.
+func (n *Node) offerFiles(ctx context.Context, g *pairing.Grant, paths []string, emit func(SendEvent)) (SendResult, error) {
+	if !g.Scopes.Has(pairing.ScopeAgent) {
+		return SendResult{}, fmt.Errorf("%w: %s may not use files (its grant lacks the agent scope)", ErrBrowserOnly, g.Name)
+	}
+	srcs, err := files.Sources(paths...)
+	if err != nil {
+		return SendResult{}, badRequest("%v", err)
+	}
+	o, err := n.offers.add(*g, n.cfg.Name, srcs)
+	if errors.Is(err, ErrOfferTooBig) {
+		return SendResult{}, badRequest("%v", err)
+	}
+	if err != nil {
+		return SendResult{}, err
+	}
+	res := SendResult{TaskID: o.id}
+	emit(SendEvent{Type: SendEventState, State: string(a2a.TaskStateWorking),
+		Message: fmt.Sprintf("offered to %s: open meshtray's page on it to download (until %s)", g.Name, o.expires.Local().Format("15:04"))})
+	n.log.Info("files offered", "offer", o.id, "grant_id", g.ID, "files", len(srcs), "bytes", o.total)
+	err = n.offers.wait(ctx, o, func(p OfferProgress) {
+		emit(SendEvent{Type: SendEventProgress, File: p.Index, Path: p.Path, Done: p.Done, Size: p.Size, TotalDone: p.TotalDone, Total: p.Total})
+	})
+	switch {
+	case err == nil:
+		res.State, res.Message = string(a2a.TaskStateCompleted), "downloaded by "+g.Name
+		for _, s := range srcs {
+			e := s.Entry
+			res.Files = append(res.Files, files.Saved{Path: e.Path, Size: e.Size, MediaType: e.MediaType, SHA256: e.SHA256})
+		}
+	case errors.Is(err, ErrOfferDeclined):
+		res.State, res.Message = string(a2a.TaskStateRejected), g.Name+" declined the files"
+	case errors.Is(err, ErrOfferExpired):
+		res.State, res.Message = string(a2a.TaskStateFailed), err.Error()
+	default:
+		res.State, res.Message = string(a2a.TaskStateCanceled), "the offer was withdrawn: "+err.Error()
+	}
+	return res, nil
+}
 
 // offerRoutes mounts the phone's side of offers (see the Offers comment).
 func (n *Node) offerRoutes(mux *http.ServeMux) {

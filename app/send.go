@@ -161,7 +161,9 @@ func (n *Node) sendTarget(ref string) (h *pairing.Held, issued *pairing.Grant, e
 	}
 	var gs []pairing.Grant
 	for _, g := range n.grants.List() {
-		if g.PeerID != "" && g.Status == pairing.StatusActive && (strings.EqualFold(g.Name, ref) || idMatch(g.PeerID)) {
+		// A phone paired through its page holds an issued grant with no
+		// device ID: it is found by its name.
+		if g.Status == pairing.StatusActive && (strings.EqualFold(g.Name, ref) || idMatch(g.PeerID)) {
 			gs = append(gs, g)
 		}
 	}
@@ -172,12 +174,6 @@ func (n *Node) sendTarget(ref string) (h *pairing.Held, issued *pairing.Grant, e
 		return nil, nil, fmt.Errorf("%w named %q among the paired devices (meshtray devices lists them)", ErrNoPeer, clipID(ref))
 	}
 	return nil, nil, badRequest("%q names %d paired devices: give more of the device ID (meshtray devices)", clipID(ref), len(gs))
-}
-
-// offerFiles offers files to a device that reaches us only through its
-// browser page (a phone): listed there, downloaded from there.
-func (n *Node) offerFiles(_ context.Context, g *pairing.Grant, _ []string, _ func(SendEvent)) (SendResult, error) {
-	return SendResult{}, fmt.Errorf("%w (%s): offering files to a browser is not available yet; open the page on that device and send from there", ErrBrowserOnly, g.Name)
 }
 
 // sendRun is one transfer being sent.

@@ -76,6 +76,15 @@ func startCutProxy(t *testing.T, ln net.Listener, dial func() (net.Conn, error),
 	return p
 }
 
+// didCut reports whether the proxy has cut its connections.
+func (p *cutProxy) didCut() bool { return p.cuts.Load() > 0 }
+
+// sentBytes is how many bytes went from clients to the target in all.
+func (p *cutProxy) sentBytes() int64 { return p.up.Load() }
+
+// port is the proxy's listening port.
+func (p *cutProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
 func (p *cutProxy) track(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

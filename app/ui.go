@@ -37,12 +37,13 @@ const (
 	UIManifest  UIWindow = "manifest"  // this node's capabilities and their policies
 	UIQuestions UIWindow = "questions" // delegated tasks waiting for the owner's answer
 	UIActivity  UIWindow = "activity"  // the audit trail: latest entries, by device
+	UISend      UIWindow = "send"      // "Send files…" to one device (Arg = its device ID, or a phone's grant name)
 )
 
 // Valid reports whether w is a known window.
 func (w UIWindow) Valid() bool {
 	switch w {
-	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest, UIQuestions, UIActivity:
+	case UIApprovals, UIPair, UIDevices, UIPeers, UIPeer, UIManifest, UIQuestions, UIActivity, UISend:
 		return true
 	}
 	return false
@@ -52,7 +53,7 @@ func (w UIWindow) Valid() bool {
 // (POST /ui/open).
 type UIRequest struct {
 	Window UIWindow `json:"window"`
-	Arg    string   `json:"arg,omitempty"` // the peer's device ID for UIPeer
+	Arg    string   `json:"arg,omitempty"` // the peer's device ID for UIPeer; the device for UISend
 }
 
 // Bounds of the UI request queue and of a peer's manifest.
@@ -110,11 +111,11 @@ func (n *Node) uiRoutes(mux *http.ServeMux) {
 			return
 		}
 		if !req.Window.Valid() {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer, manifest, questions or activity", req.Window))
+			writeError(w, http.StatusBadRequest, fmt.Errorf("window %q: want approvals, pair, devices, peers, peer, manifest, questions, activity or send", req.Window))
 			return
 		}
-		if len(req.Arg) > maxUIArg || (req.Window == UIPeer) != (req.Arg != "") {
-			writeError(w, http.StatusBadRequest, errors.New(`arg: the peer's device ID for window "peer", nothing otherwise`))
+		if len(req.Arg) > maxUIArg || (req.Window == UIPeer || req.Window == UISend) != (req.Arg != "") {
+			writeError(w, http.StatusBadRequest, errors.New(`arg: the device for windows "peer" and "send", nothing otherwise`))
 			return
 		}
 		q.push(req)

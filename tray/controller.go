@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
@@ -41,6 +42,7 @@ type controlAPI interface {
 	OpenUI(ctx context.Context, r app.UIRequest) error
 	PendingUI(ctx context.Context) ([]app.UIRequest, error)
 	Events(ctx context.Context, fn func([]app.EventType)) error
+	ReceivedFiles(ctx context.Context) ([]app.ReceivedTransfer, error)
 }
 
 // autostarter is tray/autostart's Entry.
@@ -60,10 +62,13 @@ type controller struct {
 	ui        uiOpener
 	autostart autostarter
 	notify    func(ctx context.Context, title, body string)
-	copyText  func(string) error
-	openPath  func(string) error
-	quit      func()
-	log       *slog.Logger
+	// notifyFiles shows that files arrived, with an "Open folder" action
+	// opening dir.
+	notifyFiles func(ctx context.Context, title, body, dir string)
+	copyText    func(string) error
+	openPath    func(string) error
+	quit        func()
+	log         *slog.Logger
 	// settled, when set, runs once after the first menu render: start-up
 	// is over (the node and the menu are up).
 	settled func()
@@ -74,6 +79,7 @@ type controller struct {
 	status   app.Status
 	seen     map[string]bool   // approval ids already announced
 	asked    map[string]string // delegated task id -> the question already announced
+	received map[string]bool   // received transfers (task ids) already announced; nil before the first read
 	failures int               // consecutive failed refreshes, for logging once
 }
 
@@ -87,10 +93,11 @@ type uiOpener interface {
 
 func (c *controller) run(ctx context.Context) {
 	wake := make(chan struct{}, 1)
+	filesWake := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.watch(ctx, wake)
+		c.watch(ctx, wake, filesWake)
 	}()
 	defer func() { <-done }()
 	c.refresh(ctx)
@@ -126,16 +133,24 @@ func (c *controller) run(ctx context.Context) {
 			c.handle(ctx, a)
 			c.refresh(ctx)
 			last = time.Now()
+		case <-filesWake:
+			c.announceReceived(ctx)
 		}
 	}
 }
 
 // watch follows the node's change notices and wakes the loop (coalesced).
 // A dropped stream is retried with a growing pause (1 s to 30 s).
-func (c *controller) watch(ctx context.Context, wake chan<- struct{}) {
+func (c *controller) watch(ctx context.Context, wake, filesWake chan<- struct{}) {
 	poke := func() {
 		select {
 		case wake <- struct{}{}:
+		default:
+		}
+	}
+	pokeFiles := func() {
+		select {
+		case filesWake <- struct{}{}:
 		default:
 		}
 	}
@@ -143,6 +158,9 @@ func (c *controller) watch(ctx context.Context, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := c.api.Events(ctx, func(ts []app.EventType) {
+			if slices.Contains(ts, app.EventFiles) {
+				pokeFiles()
+			}
 			for _, t := range ts {
 				switch t {
 				case app.EventStatus, app.EventApprovals, app.EventPeers, app.EventGrants, app.EventTasks:
@@ -159,6 +177,7 @@ func (c *controller) watch(ctx context.Context, wake chan<- struct{}) {
 		}
 		c.log.Debug("change notices interrupted; retrying", "err", err, "in", pause)
 		poke() // re-read what may have changed meanwhile
+		pokeFiles()
 		select {
 		case <-ctx.Done():
 			return
@@ -323,6 +342,65 @@ func (c *controller) announce(ctx context.Context, as []app.Approval) {
 		title, body := approvalNotice(a)
 		c.notify(ctx, title, body)
 	}
+}
+
+// announceReceived notifies each received transfer not announced yet
+// (GET /files/received, newest first). The first read only learns what
+// is there: those arrived before the tray watched.
+func (c *controller) announceReceived(ctx context.Context) {
+	var rs []app.ReceivedTransfer
+	if err := fetch(ctx, &rs, c.api.ReceivedFiles); err != nil {
+		c.log.Debug("cannot read the received files", "err", err)
+		return
+	}
+	first := c.received == nil
+	if first {
+		c.received = make(map[string]bool)
+	}
+	keep := make(map[string]bool, len(rs))
+	for i := len(rs) - 1; i >= 0; i-- { // oldest first
+		r := rs[i]
+		keep[r.TaskID] = true
+		if c.received[r.TaskID] {
+			continue
+		}
+		c.received[r.TaskID] = true
+		if !first && c.notifyFiles != nil {
+			title, body := receivedNotice(r)
+			c.notifyFiles(ctx, title, body, r.Result.Dir)
+		}
+	}
+	for id := range c.received {
+		if !keep[id] {
+			delete(c.received, id)
+		}
+	}
+}
+
+// maxNoticeFiles is how many saved paths a notification names.
+const maxNoticeFiles = 3
+
+// receivedNotice is the desktop notification of a received transfer.
+func receivedNotice(r app.ReceivedTransfer) (title, body string) {
+	who := r.Peer
+	if who == "" {
+		who = "a device"
+	}
+	fs := r.Result.Files
+	if len(fs) == 1 {
+		title = path.Base(fs[0].Path) + " from " + who
+	} else {
+		title = fmt.Sprintf("%d files from %s", len(fs), who)
+	}
+	var lines []string
+	for i, f := range fs {
+		if i == maxNoticeFiles {
+			lines = append(lines, fmt.Sprintf("… and %d more", len(fs)-i))
+			break
+		}
+		lines = append(lines, f.Path)
+	}
+	return title, strings.Join(lines, "\n") + "\nSaved in " + r.Result.Dir
 }
 
 // approvalNotice is the desktop notification of one approval.

@@ -15,6 +15,7 @@ import (
 
 	"meshtray/a2a/delegate"
 	"meshtray/app"
+	"meshtray/files"
 	"meshtray/mesh"
 )
 
@@ -106,6 +107,8 @@ type fakeAPI struct {
 	status    app.Status
 	approvals []app.Approval
 	outbound  []delegate.OutboundTask
+	received  []app.ReceivedTransfer
+	reads     int      // of received
 	posts     []string // "METHOD ARGUMENT-AS-JSON" of each change asked for
 	events    chan []app.EventType
 }
@@ -133,6 +136,18 @@ func (f *fakeAPI) Outbound(context.Context) ([]delegate.OutboundTask, error) {
 	return read(f, &f.outbound)
 }
 func (f *fakeAPI) Peers(context.Context) ([]mesh.Peer, error) { return []mesh.Peer{}, nil }
+func (f *fakeAPI) ReceivedFiles(context.Context) ([]app.ReceivedTransfer, error) {
+	f.mu.Lock()
+	f.reads++
+	f.mu.Unlock()
+	return read(f, &f.received)
+}
+
+func (f *fakeAPI) receivedReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
+}
 func (f *fakeAPI) PendingUI(context.Context) ([]app.UIRequest, error) {
 	return nil, nil
 }
@@ -396,5 +411,58 @@ func TestControllerQuestions(t *testing.T) {
 	}
 	if len(got()) != 2 {
 		t.Fatalf("notices %+v", got())
+	}
+}
+
+// TestControllerReceivedFiles: a received transfer (EventFiles, then GET
+// /files/received) is announced once, with its sender, its files and the
+// folder the "Open folder" action opens; those there before the tray
+// watched are not.
+func TestControllerReceivedFiles(t *testing.T) {
+	t.Parallel()
+	old := app.ReceivedTransfer{TaskID: "T0", Peer: "phone", Result: files.Result{Dir: "/d", Files: []files.Saved{{Path: "old.txt"}}}}
+	api := &fakeAPI{status: app.Status{Name: "laptop", OS: "Linux"}, received: []app.ReceivedTransfer{old}, events: make(chan []app.EventType)}
+	type notice struct{ title, body, dir string }
+	var mu sync.Mutex
+	var got []notice
+	c := &controller{
+		api: api, menu: &recordMenu{}, ui: recordUI{api},
+		notify: func(context.Context, string, string) {},
+		notifyFiles: func(_ context.Context, title, body, dir string) {
+			mu.Lock()
+			got = append(got, notice{title, body, dir})
+			mu.Unlock()
+		},
+		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		clicks: make(chan action),
+	}
+	notices := func() []notice { mu.Lock(); defer mu.Unlock(); return append([]notice{}, got...) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	api.events <- []app.EventType{app.EventFiles} // the stream's first notice
+	waitUntil(t, "the first read", func() bool { c2 := notices(); return len(c2) == 0 && api.receivedReads() > 0 })
+
+	many := app.ReceivedTransfer{TaskID: "T1", Peer: "Ada’s phone", Result: files.Result{Dir: "/home/ada/Downloads/meshtray",
+		Files: []files.Saved{{Path: "a.jpg"}, {Path: "Trip/b.jpg"}, {Path: "c.jpg"}, {Path: "d.jpg"}}}}
+	api.mu.Lock()
+	api.received = []app.ReceivedTransfer{many, old}
+	api.mu.Unlock()
+	api.events <- []app.EventType{app.EventFiles}
+	waitUntil(t, "the notice", func() bool { return len(notices()) == 1 })
+	n := notices()[0]
+	if n.title != "4 files from Ada’s phone" || n.dir != "/home/ada/Downloads/meshtray" ||
+		n.body != "a.jpg\nTrip/b.jpg\nc.jpg\n… and 1 more\nSaved in /home/ada/Downloads/meshtray" {
+		t.Errorf("notice %+v", n)
+	}
+	one := app.ReceivedTransfer{TaskID: "T2", Peer: "laptop", Result: files.Result{Dir: "/d", Files: []files.Saved{{Path: "Docs/report.pdf"}}}}
+	api.mu.Lock()
+	api.received = []app.ReceivedTransfer{one, many, old}
+	api.mu.Unlock()
+	api.events <- []app.EventType{app.EventFiles}
+	waitUntil(t, "the second notice", func() bool { return len(notices()) == 2 })
+	if n := notices()[1]; n.title != "report.pdf from laptop" {
+		t.Errorf("notice %+v", n)
 	}
 }

@@ -25,6 +25,10 @@ import (
 // maxQueuedNotices bounds the notifications waiting to be shown.
 const maxQueuedNotices = 8
 
+// actionOpenFolder is the key of a received transfer's notification action
+// "Open folder" (Desktop Notifications Specification, actions).
+const actionOpenFolder = "open"
+
 // Run is `meshtray` without a subcommand: it starts the node n, shows the
 // tray menu (fyne.io/systray) and blocks on the calling goroutine (the main
 // one: systray needs it on macOS) until ctx ends or the person picks Quit;
@@ -79,6 +83,7 @@ func Run(ctx context.Context, n *app.Node) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	notices := make(chan [2]string, maxQueuedNotices)
+	fileNotices := make(chan [3]string, maxQueuedNotices) // title, body, folder
 	notifier := nodes.NewNotifier(nodes.NotifierOptions{AppName: "meshtray", Icon: iconFile(cfg.StateDir), Logger: log})
 	wg.Add(1)
 	go func() {
@@ -89,6 +94,19 @@ func Run(ctx context.Context, n *app.Node) error {
 				return
 			case m := <-notices:
 				if d, err := notifier.Notify(ctx, m[0], m[1]); err == nil && !d.Delivered {
+					log.Debug("notification not shown", "reason", d.Reason)
+				}
+			case m := <-fileNotices:
+				dir := m[2]
+				d, err := notifier.NotifyActions(ctx, m[0], m[1], []nodes.NotifyAction{{Key: actionOpenFolder, Label: "Open folder"}}, func(key string) {
+					if key != actionOpenFolder {
+						return
+					}
+					if err := openPath(dir); err != nil {
+						log.Warn("cannot open the receive folder", "dir", dir, "err", err)
+					}
+				})
+				if err == nil && !d.Delivered {
 					log.Debug("notification not shown", "reason", d.Reason)
 				}
 			}
@@ -114,6 +132,12 @@ func Run(ctx context.Context, n *app.Node) error {
 			select {
 			case notices <- [2]string{title, body}:
 			default: // a storm: the popup shows them all anyway
+			}
+		},
+		notifyFiles: func(_ context.Context, title, body, dir string) {
+			select {
+			case fileNotices <- [3]string{title, body, dir}:
+			default:
 			}
 		},
 		copyText: clipboard.WriteAll,

@@ -502,6 +502,9 @@
       row.set(1, "✓ Downloaded: " + name, "ok");
       btn.textContent = "Save again";
       btn.disabled = false;
+      // Every file of the offer came: it is over on the computer too.
+      const card = row.li.closest(".offer");
+      if (!card.querySelector('.file:not([data-state="ok"])')) card.querySelector(".buttons").hidden = true;
     } catch (e) {
       row.set(0, "Not downloaded: " + clip(e && e.message, 200), "bad");
       btn.disabled = false;

@@ -32,9 +32,10 @@ const (
 func Main(args []string) int { return run(args, os.Stdout, os.Stderr) }
 
 const usage = `meshtray-ui shows meshtray's windows (approvals, pairing, devices, peers,
-the node manifest, questions from agents). The meshtray tray starts it from
-its own directory when a window is wanted; run by hand, it opens WINDOW:
-approvals, pair, devices, peers, peer DEVICE-ID, manifest or questions.
+the node manifest, questions from agents, sending files). The meshtray tray
+starts it from its own directory when a window is wanted; run by hand, it
+opens WINDOW: approvals, pair, devices, peers, peer DEVICE-ID, manifest,
+questions, or send DEVICE [PATH...] (the paths are sent at once).
 
 Usage: meshtray-ui [--state-dir DIR] [--port PORT] [WINDOW [ARG]]
 
@@ -61,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "meshtray-ui", app.Version)
 		return 0
 	}
-	if _, err := parseUIArgs(fs.Args()); err != nil {
+	if _, _, err := parseUIArgs(fs.Args()); err != nil {
 		fmt.Fprintln(stderr, "meshtray-ui:", err)
 		return exitUsage
 	}

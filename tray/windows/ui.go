@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,14 +43,15 @@ const (
 // (POST /ui/take), follows the node's change notices, and returns when its
 // last window closes, ctx ends, or the node goes away. WINDOW is one of
 // approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions,
-// activity.
+// activity, send DEVICE [PATH...] (the paths are sent at once, as when
+// dropped).
 //
 // With no display to open a window on, Fyne's GLFW driver panics at the
 // first window; UI turns that into an error naming the display it tried,
 // and puts the windows it took from the tray's queue back, so the tray's
 // next UI process (it retries a few times) shows them.
 func UI(ctx context.Context, c *app.Client, args []string) (err error) {
-	reqs, err := parseUIArgs(args)
+	reqs, sendPaths, err := parseUIArgs(args)
 	if err != nil {
 		return err
 	}
@@ -65,8 +67,12 @@ func UI(ctx context.Context, c *app.Client, args []string) (err error) {
 			u.requeue()
 		}
 	}()
-	for _, r := range reqs {
-		u.open(r)
+	if len(sendPaths) > 0 {
+		u.openSend(reqs[0].Arg, sendPaths)
+	} else {
+		for _, r := range reqs {
+			u.open(r)
+		}
 	}
 	u.takeQueue()
 	if len(u.wins) == 0 {
@@ -78,23 +84,39 @@ func UI(ctx context.Context, c *app.Client, args []string) (err error) {
 	return nil
 }
 
-func parseUIArgs(args []string) ([]app.UIRequest, error) {
+func parseUIArgs(args []string) (reqs []app.UIRequest, sendPaths []string, err error) {
 	if len(args) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	r := app.UIRequest{Window: app.UIWindow(args[0])}
 	if !r.Window.Valid() {
-		return nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions or activity", args[0])
+		return nil, nil, fmt.Errorf("ui %q: want approvals, pair, devices, peers, peer DEVICE-ID, manifest, questions, activity or send DEVICE [PATH...]", args[0])
 	}
-	if r.Window == app.UIPeer {
+	switch {
+	case r.Window == app.UIPeer:
 		if len(args) != 2 {
-			return nil, errors.New("ui peer: give the peer's device ID")
+			return nil, nil, errors.New("ui peer: give the peer's device ID")
 		}
 		r.Arg = args[1]
-	} else if len(args) != 1 {
-		return nil, fmt.Errorf("ui %s takes no argument", args[0])
+	case r.Window == app.UISend:
+		if len(args) < 2 {
+			return nil, nil, errors.New("ui send: give the device (its name or device ID), then any paths to send")
+		}
+		r.Arg = args[1]
+		for _, p := range args[2:] {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return nil, nil, err
+			}
+			sendPaths = append(sendPaths, abs)
+		}
+		if len(sendPaths) > 0 {
+			return []app.UIRequest{r}, sendPaths, nil // opened by openSend
+		}
+	case len(args) != 1:
+		return nil, nil, fmt.Errorf("ui %s takes no argument", args[0])
 	}
-	return []app.UIRequest{r}, nil
+	return []app.UIRequest{r}, nil, nil
 }
 
 // uiProc is the running UI process: its windows and the goroutines that
@@ -119,8 +141,10 @@ type uiWin struct {
 	tick     func()                   // every second, on the UI goroutine
 	// owns reports whether the pairing window shows a (pairing only).
 	owns func(a app.Approval) bool
-	// closed, when set, runs when the window closes (stops its streams).
+	// closed, when set, runs when the window closes.
 	closed func()
+	// drop, when set, takes paths dropped elsewhere for this window (send).
+	drop func(paths []string)
 }
 
 func newUIProc(ctx context.Context, a fyne.App, api *app.Client, log *slog.Logger) *uiProc {
@@ -258,10 +282,7 @@ func (u *uiProc) requeue() {
 
 // open shows the window r names, creating it or raising it.
 func (u *uiProc) open(r app.UIRequest) {
-	key := string(r.Window)
-	if r.Window == app.UIPeer {
-		key += ":" + r.Arg
-	}
+	key := uiKey(r)
 	if w, ok := u.wins[key]; ok {
 		if r.Window == app.UIApprovals && w.onEvents != nil {
 			w.onEvents([]app.EventType{app.EventApprovals})
@@ -294,9 +315,39 @@ func (u *uiProc) open(r app.UIRequest) {
 		uw = u.questionsWindow()
 	case app.UIActivity:
 		uw = u.activityWindow()
+	case app.UISend:
+		uw = u.sendWindow(r.Arg, nil)
 	default:
 		return
 	}
+	u.show(key, uw)
+}
+
+// uiKey names a window in uiProc.wins: one per kind, one per device for
+// a peer and for sending.
+func uiKey(r app.UIRequest) string {
+	if r.Window == app.UIPeer || r.Window == app.UISend {
+		return string(r.Window) + ":" + r.Arg
+	}
+	return string(r.Window)
+}
+
+// openSend opens "Send files…" to device and sends paths at once (a
+// drop, or the command line); a send window already open for device gets
+// them instead.
+func (u *uiProc) openSend(device string, paths []string) {
+	key := uiKey(app.UIRequest{Window: app.UISend, Arg: device})
+	if w, ok := u.wins[key]; ok && w.drop != nil {
+		w.drop(paths)
+		w.w.Show()
+		w.w.RequestFocus()
+		return
+	}
+	u.show(key, u.sendWindow(device, paths))
+}
+
+// show registers uw under key and shows it.
+func (u *uiProc) show(key string, uw *uiWin) {
 	u.wins[key] = uw
 	uw.w.SetOnClosed(func() {
 		if uw.closed != nil {
@@ -629,7 +680,8 @@ func (u *uiProc) devicesWindow() *uiWin {
 				send(g, app.GrantUpdate{Action: action})
 			}
 		},
-		Policy: func(g pairing.Grant, p pairing.Policy) { send(g, app.GrantUpdate{Approval: p}) },
+		Policy:    func(g pairing.Grant, p pairing.Policy) { send(g, app.GrantUpdate{Approval: p}) },
+		SendFiles: func(g pairing.Grant) { u.open(app.UIRequest{Window: app.UISend, Arg: g.Name}) },
 	})
 	u.follow(uw, titleDevices, v.root, fyne.NewSize(620, 520), refresh, app.EventGrants)
 	return uw
@@ -690,8 +742,15 @@ func (u *uiProc) peerWindow(id string) *uiWin {
 			}
 		})
 	})
+	v.files = func() { u.open(app.UIRequest{Window: app.UISend, Arg: id}) }
 	uw.w = u.newWindow("meshtray — "+pairing.ShortID(id), v.root)
 	uw.w.Resize(fyne.NewSize(580, 560))
+	// Files dropped on the peer's window are sent to it.
+	uw.w.SetOnDropped(func(_ fyne.Position, us []fyne.URI) {
+		if ps := droppedPaths(us); len(ps) > 0 {
+			u.openSend(id, ps)
+		}
+	})
 	var manifest *nodes.Manifest
 	var merr string
 	refresh := func(withManifest bool) {

@@ -37,6 +37,8 @@ type devicesCallbacks struct {
 	Action func(g pairing.Grant, action string)
 	// Policy sets a grant's approval policy for delegations.
 	Policy func(g pairing.Grant, p pairing.Policy)
+	// SendFiles opens "Send files…" to a phone paired through its page.
+	SendFiles func(g pairing.Grant)
 }
 
 // devicesView lists the grants this device issued (with their controls)
@@ -120,8 +122,15 @@ func (v *devicesView) grantCard(g pairing.Grant) fyne.CanvasObject {
 	rotate := widget.NewButtonWithIcon("Rotate token", theme.ViewRefreshIcon(), func() { v.cb.Action(g, app.ActionRotate) })
 	revoke := widget.NewButtonWithIcon("Revoke", theme.DeleteIcon(), func() { v.cb.Action(g, app.ActionRevoke) })
 	revoke.Importance = widget.DangerImportance
+	head := container.NewHBox(name, container.NewCenter(status))
+	// A phone paired through its page (no device ID) downloads files from
+	// its page: offer them from here.
+	if g.PeerID == "" && g.Scopes.Has(pairing.ScopeAgent) && v.cb.SendFiles != nil {
+		head.Add(layout.NewSpacer())
+		head.Add(widget.NewButtonWithIcon("Send files…", theme.UploadIcon(), func() { v.cb.SendFiles(g) }))
+	}
 	card := container.NewVBox(
-		container.NewHBox(name, container.NewCenter(status)),
+		head,
 		mutedLabel(strings.Join(details, " · ")),
 	)
 	if g.Scopes.Has(pairing.ScopeApprove) {
@@ -198,6 +207,7 @@ func (v *peersView) set(ps []mesh.Peer) {
 type peerView struct {
 	now     func() time.Time
 	send    func(text string)
+	files   func() // "Send files…"
 	list    *fyne.Container
 	entry   *widget.Entry
 	sendBtn *widget.Button
@@ -349,6 +359,11 @@ func (v *peerView) set(p mesh.Peer, m *nodes.Manifest, merr string) {
 		objs = append(objs, mutedLabel(merr))
 	default:
 		objs = append(objs, mutedLabel("Asking it…"))
+	}
+	if p.Paired && v.files != nil {
+		objs = append(objs, widget.NewSeparator(), heading("Files"),
+			mutedLabel("Drop files on this window to send them, or choose them:"),
+			container.NewHBox(widget.NewButtonWithIcon("Send files…", theme.UploadIcon(), v.files)))
 	}
 	if p.A2A && p.Paired {
 		objs = append(objs, v.msgBox)
