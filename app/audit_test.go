@@ -147,6 +147,7 @@ func TestAuditTrail(t *testing.T) {
 		t.Errorf("capability run without a duration: %+v", run)
 	}
 	mustEntry(t, es, app.AuditEntry{Kind: "capability", Subject: "system.notify", GrantID: tok.ID, Result: "invalid", Params: `{"title":7}`})
+	mustEntry(t, es, app.AuditEntry{Kind: "approval", GrantID: tok.ID, Result: "approved", DecidedVia: "policy"})
 	if e, ok := findEntry(es, app.AuditEntry{Kind: "capability", Subject: "device.info", TaskID: string(task.ID)}); !ok || e.TaskID != string(task.ID) || e.GrantID != tok.ID {
 		t.Errorf("the A2A task's capability run: %+v (task %s)", e, task.ID)
 	}
@@ -173,8 +174,8 @@ func TestAuditTrail(t *testing.T) {
 
 	t.Run("grant filter", func(t *testing.T) {
 		got := auditEntries(t, a, "--grant", tok.ID)
-		if len(got) != 9 {
-			t.Fatalf("%d entries for grant %s, want its issue, policy, pause, resume, rotate and four runs", len(got), tok.ID)
+		if len(got) != 10 {
+			t.Fatalf("%d entries for grant %s, want its issue, policy, pause, resume, rotate, four runs and the A2A task's approval by policy: %+v", len(got), tok.ID, got)
 		}
 		for _, e := range got {
 			if e.GrantID != tok.ID {
