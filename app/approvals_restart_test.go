@@ -154,6 +154,16 @@ func TestPairingRequestSurvivesKill9(t *testing.T) {
 	if r := ptCLI(t, n, "approvals"); !strings.Contains(r.Stdout, after["phone-deny"].ID) || !strings.Contains(r.Stdout, "check code (SAS) was not kept") {
 		t.Fatalf("approvals after the restart:\n%s", r.Stdout)
 	}
+	// `meshtray pair` shows a restored claim without an empty code.
+	pc := startCLI(t, n, "pair")
+	apptest.WaitFor(t, 20*time.Second, "meshtray pair to show the restored claims", func() bool {
+		return strings.Count(pc.stdout.String(), "No verification code: this request was made before this device restarted.") == 2
+	})
+	if out := pc.stdout.String(); strings.Contains(out, "Verification code:  ") {
+		t.Fatalf("meshtray pair shows an empty verification code:\n%s", out)
+	}
+	pc.cmd.Process.Signal(os.Interrupt)
+	pc.wait(t, 20*time.Second)
 
 	// Denied: delivered at once, the phone reads it.
 	ptCLI(t, n, "deny", after["phone-deny"].ID)

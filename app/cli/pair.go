@@ -236,7 +236,11 @@ func (c *cli) awaitPairingClaims(parent context.Context, cl *app.Client, expires
 			}
 			seen[a.ID] = true
 			fmt.Fprintf(c.opts.Stdout, "\n%s (%s) claims the code from %s, asking for %s.\n", oneLine(a.Peer, 64), oneLine(orUnknown(a.OS), 64), a.Addr, a.Scopes.Describe())
-			fmt.Fprintf(c.opts.Stdout, "Verification code: %s — it must be the one the other device shows.\n", spacedSAS(a.SAS))
+			if a.SAS != "" {
+				fmt.Fprintf(c.opts.Stdout, "Verification code: %s — it must be the one the other device shows.\n", spacedSAS(a.SAS))
+			} else {
+				fmt.Fprintln(c.opts.Stdout, "No verification code: this request was made before this device restarted.")
+			}
 			if a.Scopes.Has(pairing.ScopeApprove) {
 				fmt.Fprintln(c.opts.Stdout, "It asks for approve: it could then approve or deny the requests made to this device. Granted only if you name it.")
 			}

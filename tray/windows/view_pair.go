@@ -227,6 +227,9 @@ func (v *pairView) setClaim(a app.Approval) {
 	}
 	v.claimFrom.SetText(from)
 	v.sas.Text = groupSAS(a.SAS)
+	if a.SAS == "" {
+		v.sas.Text = "no code: asked before a restart" // its detail says what to check instead
+	}
 	v.sas.Color = theme.Color(theme.ColorNameForeground)
 	v.sas.Refresh()
 	v.scopes.SetSelected(scopeLabels(pairing.DefaultPairingScopes(a.Scopes)))
