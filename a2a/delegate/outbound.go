@@ -721,7 +721,9 @@ func (o *Outbound) Live() int {
 
 // Answer answers a task that waits for input (input-required or
 // auth-required) with message/send on the same taskId, and follows it
-// again. It returns once the agent answered, like Delegate.
+// again. It returns once the agent answered, like Delegate. A task being
+// followed up after a restart (Restore) is answered once that follow-up
+// has read it from the agent (one tasks/get).
 func (o *Outbound) Answer(ctx context.Context, ref string, in MessageInput) (OutboundTask, error) {
 	msg, err := in.message()
 	if err != nil {
