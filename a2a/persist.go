@@ -113,7 +113,8 @@ func (s *Server) flusher() {
 			return
 		}
 		if next := s.flushDirty(time.Now().Add(-flushDelay)); !next.IsZero() {
-			timer.Reset(time.Until(next.Add(flushDelay)))
+			// At most one wake per flushDelay/5 under a stream of tasks.
+			timer.Reset(max(time.Until(next.Add(flushDelay)), flushDelay/5))
 		}
 	}
 }
