@@ -224,6 +224,9 @@ func (s *Server) writeLocked(t *task) bool {
 		if errors.Is(err, store.ErrTerminal) {
 			return true // written terminal before (a late report)
 		}
+		if errors.Is(err, store.ErrFailed) && !s.dbFailed.Swap(true) {
+			s.log.Error("the task database failed: new tasks are refused until meshtray restarts", "err", err)
+		}
 		s.log.Error("task not written to the database", "task", t.id, "state", t.status.State, "err", err)
 		return false
 	}

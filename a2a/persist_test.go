@@ -443,3 +443,29 @@ func TestStreamedTaskStoredBeforeItsID(t *testing.T) {
 	}
 	appr.next(t).answer <- Decision{Reason: "no"}
 }
+
+// failingStore is a TaskStore double (in addition to the real store): its
+// writes fail as a store whose commit failed does (store.ErrFailed).
+type failingStore struct{ *store.Store }
+
+func (failingStore) CreateTask(context.Context, store.Task) error { return store.ErrFailed }
+func (failingStore) UpdateTask(context.Context, store.Task) error { return store.ErrFailed }
+
+// TestFailedDatabaseRefusesWork: once the database takes no more writes,
+// new tasks are refused (CodeUnavailable) instead of ending in states no
+// restart would find.
+func TestFailedDatabaseRefusesWork(t *testing.T) {
+	t.Parallel()
+	db := openStore(t, filepath.Join(t.TempDir(), store.DefaultFile), store.Options{})
+	env := newEnv(t, Options{Store: failingStore{db}})
+	c := env.client(t, tokA)
+	ctx := context.Background()
+	// The first task's end cannot be written.
+	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: userMsg("echo one")}); err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	_, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: userMsg("echo two")})
+	if err == nil || !strings.Contains(err.Error(), "task database") {
+		t.Fatalf("a send after the database failed: %v", err)
+	}
+}

@@ -174,12 +174,16 @@ type Server struct {
 	db     TaskStore
 	pq     persister
 	frozen atomic.Bool
+	// dbFailed is set once a write failed with store.ErrFailed (the store
+	// takes none any more): new tasks and answers are refused.
+	dbFailed atomic.Bool
 }
 
 var (
 	errCanceledByCaller = errors.New("canceled by the caller")
 	errShuttingDown     = errors.New("node shutting down")
 	errSwitchedOff      = errors.New("A2A switched off by the owner")
+	errDatabaseFailed   = errors.New("this device cannot write its task database; its owner restarts meshtray")
 )
 
 // ErrShutdown is the cause (context.Cause) of the ctx of a turn that
@@ -1020,6 +1024,10 @@ func (s *Server) openLocked() error {
 	}
 	if s.opts.RequirePublished && !s.published.Load() {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errSwitchedOff)
+	}
+	if s.dbFailed.Load() {
+		// Nothing could be kept: take no work whose end would not be.
+		return fmt.Errorf("%w: %w", ErrUnavailable, errDatabaseFailed)
 	}
 	return nil
 }
