@@ -47,7 +47,7 @@ type AuditEntry struct {
 	Subject    string    `json:"subject,omitempty"`
 	Result     string    `json:"result,omitempty"`
 	DecidedBy  string    `json:"decided_by,omitempty"`
-	DecidedVia string    `json:"decided_via,omitempty"` // tray, cli, phone, policy, timeout
+	DecidedVia string    `json:"decided_via,omitempty"` // tray, cli, phone, device, policy, timeout
 	Params     string    `json:"params,omitempty"`
 	TaskID     string    `json:"task_id,omitempty"`
 	DurationMS float64   `json:"duration_ms,omitempty"`
@@ -105,7 +105,7 @@ func (e AuditEntry) ResultText() string {
 	return e.Result
 }
 
-// Where is where it was decided (tray, cli, phone, policy, timeout), else
+// Where is where it was decided (tray, cli, phone, device, policy, timeout), else
 // the listener a request came on.
 func (e AuditEntry) Where() string {
 	if e.DecidedVia != "" {

@@ -38,7 +38,7 @@ import (
 //     revoked. Adding a device stays at the device, where the owner also
 //     compares the verification code on both screens;
 //   - "always allow" only where the owner's popup offers it (a delegation
-//     from a grant): Node.Decide refuses it elsewhere;
+//     or files from a grant): 400 elsewhere;
 //   - the decision is Node.Decide's, recorded as made on that device:
 //     Where store.WhereDevice (a grant with a device identity, i.e. a
 //     meshtray) or store.WherePhone (a grant without one: the phone page),
@@ -74,7 +74,7 @@ type RemoteApproval struct {
 	CanApprove bool `json:"can_approve"`
 	CanDeny    bool `json:"can_deny"`
 	// CanAlways: "always allow from this device" is offered (a delegation
-	// from a grant, as in the owner's popup).
+	// or files from a grant, as in the owner's popup).
 	CanAlways bool `json:"can_always"`
 	// Note says why something is not offered, for a person.
 	Note string `json:"note,omitempty"`
@@ -203,9 +203,11 @@ func remoteView(p *pairing.Principal, a Approval) RemoteApproval {
 }
 
 // offersAlways reports whether "always allow from this device" applies to
-// a: a delegation from a grant, where it sets that grant's policy to allow
-// (the owner's popup offers it exactly then).
-func offersAlways(a Approval) bool { return a.Kind == KindDelegation && a.GrantID != "" }
+// a, exactly where the owner's popup offers it: a delegation from a grant
+// (the grant's policy becomes allow) or files from one (its files policy).
+func offersAlways(a Approval) bool {
+	return (a.Kind == KindDelegation || a.Kind == KindFiles) && a.GrantID != ""
+}
 
 // remoteApprovals is the pending queue as p sees it.
 func (n *Node) remoteApprovals(p *pairing.Principal) RemoteApprovals {
@@ -238,7 +240,7 @@ func (n *Node) decideRemote(p *pairing.Principal, id string, rd RemoteDecision) 
 	case !d.Approved() && d.Always:
 		return badRequest(`"always" goes with an approval`)
 	case d.Always && !v.CanAlways:
-		return badRequest(`"always allow" is offered only for a delegation from a grant; %s is a %s request`, clipID(id), a.Kind)
+		return badRequest(`"always allow" is offered only for a delegation or files from a grant; %s is a %s request`, clipID(id), a.Kind)
 	}
 	if err := n.Decide(id, d); err != nil {
 		return err

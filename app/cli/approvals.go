@@ -252,7 +252,7 @@ func (c *cli) decideOn(cmd *cobra.Command, device, id string, d app.RemoteDecisi
 		return &app.APIError{Status: http.StatusNotFound, Message: fmt.Sprintf("%v on %s: %s (meshtray approvals --on %s lists them)", app.ErrNoApproval, name, id, shellWord(device))}
 	}
 	if d.Always && !a.CanAlways {
-		return usageError{fmt.Errorf("--always is for delegations (it lets every later delegation of that device run unasked); %s is a %s request", a.ID, a.Kind)}
+		return usageError{fmt.Errorf("--always is for delegations and files (it lets every later one of that device through unasked); %s is a %s request", a.ID, a.Kind)}
 	}
 	if err := cl.DecideOn(ctx, device, id, d); err != nil {
 		return err
@@ -263,7 +263,11 @@ func (c *cli) decideOn(cmd *cobra.Command, device, id string, d app.RemoteDecisi
 	}
 	fmt.Fprintf(c.opts.Stdout, "%s %s on %s: %s from %s: %s\n", verb, a.ID, name, a.Kind, oneLine(a.Peer, 64), oneLine(a.Summary, 120))
 	if d.Always {
-		fmt.Fprintf(c.opts.Stdout, "every later delegation from %s to %s runs without asking\n", oneLine(a.Peer, 64), name)
+		what := "delegation"
+		if a.Kind == app.KindFiles {
+			what = "file transfer"
+		}
+		fmt.Fprintf(c.opts.Stdout, "every later %s from %s to %s goes through without asking\n", what, oneLine(a.Peer, 64), name)
 	}
 	return nil
 }

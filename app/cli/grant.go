@@ -190,7 +190,11 @@ func (c *cli) devicesCommand() *cobra.Command {
 				}
 				if len(on) > 0 {
 					slices.Sort(on)
-					fmt.Fprintf(c.opts.Stdout, "approve: this device may decide the requests made to %s (meshtray approvals --on DEVICE)\n", strings.Join(on, ", "))
+					ref := "DEVICE"
+					if len(on) == 1 {
+						ref = shellWord(on[0])
+					}
+					fmt.Fprintf(c.opts.Stdout, "approve: this device may decide the requests made to %s (meshtray approvals --on %s)\n", strings.Join(on, ", "), ref)
 				}
 				return nil
 			})

@@ -315,7 +315,8 @@
       always = el("input");
       always.type = "checkbox";
       always.className = "approval-always";
-      lab.append(always, document.createTextNode(" Always allow from " + (a.peer || "this device")));
+      const what = a.kind === "files" ? " Always allow files from " : " Always allow from ";
+      lab.append(always, document.createTextNode(what + (a.peer || "this device")));
       li.append(lab);
     }
     const buttons = el("div", "approval-buttons");
