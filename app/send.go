@@ -13,6 +13,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/a2a"
 
+	agent "meshtray/a2a"
 	"meshtray/a2a/delegate"
 	"meshtray/files"
 	"meshtray/jsonout"
@@ -123,6 +124,11 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 	}
 	if len(srcs) == 0 {
 		return SendResult{}, badRequest("nothing to send: the folders hold no regular files")
+	}
+	// The announcement must fit the receiver's A2A request body limit
+	// (a2a.DefaultMaxBodyBytes, 1 MiB; a few hundred bytes a file).
+	if b, err := json.Marshal(a2a.NewMessage(a2a.MessageRoleUser, announceParts(files.ManifestOf(srcs))...)); err == nil && len(b) > agent.DefaultMaxBodyBytes-4<<10 {
+		return SendResult{}, badRequest("%d files are too many for one transfer (its announcement is %d KiB, over the 1 MiB an A2A request may have); send them in parts", len(srcs), len(b)>>10)
 	}
 	sess, err := n.deleg.agents.Open(ctx, h.PeerID)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,10 +174,21 @@ func TestSendFilesBetweenPairedNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		gid := ""
 		for _, g := range d.Issued {
-			if g.Name == "ant" && (g.FilesPolicy != "allow" || g.Policy == "allow") {
-				t.Fatalf("grant after always: %+v", g)
+			if g.Name == "ant" {
+				gid = g.ID
+				if g.FilesPolicy != "allow" || g.Policy == "allow" {
+					t.Fatalf("grant after always: %+v", g)
+				}
 			}
+		}
+		// Undone from the CLI: the owner is asked again.
+		mustCLI(t, b, "grant", "set", gid, "--files", "ask")
+		run = startSend(t, a, "bee", filepath.Join(src, "note.txt"))
+		decide(t, b, approvalOf(t, b, app.KindFiles).ID, false)
+		if res, _ := run.wait(t, 60*time.Second); res.State != string(a2a.TaskStateRejected) {
+			t.Fatalf("after --files ask: %+v", res)
 		}
 	})
 
@@ -194,6 +206,20 @@ func TestSendFilesBetweenPairedNodes(t *testing.T) {
 		}
 		if r := a.CLI("send", "nobody", filepath.Join(src, "note.txt")); r.Code != 1 || !strings.Contains(r.Stderr, "no peer") {
 			t.Fatalf("send to nobody: exit %d, %s", r.Code, r.Stderr)
+		}
+	})
+
+	t.Run("too many files for one announcement", func(t *testing.T) {
+		many := filepath.Join(t.TempDir(), "many")
+		for i := range 5000 {
+			writeFile(t, filepath.Join(many, fmt.Sprintf("file-%04d.txt", i)), "x")
+		}
+		_, err := a.Client.SendFiles(context.Background(), "bee", []string{many}, nil)
+		if err == nil || !strings.Contains(err.Error(), "too many for one transfer") {
+			t.Fatalf("5000 files: %v", err)
+		}
+		if len(approvalsOf(t, b)) != 0 {
+			t.Fatal("the receiver was asked")
 		}
 	})
 
