@@ -190,6 +190,7 @@ func TestSendFilesBetweenPairedNodes(t *testing.T) {
 		if res, _ := run.wait(t, 60*time.Second); res.State != string(a2a.TaskStateRejected) {
 			t.Fatalf("after --files ask: %+v", res)
 		}
+		mustCLI(t, b, "grant", "set", gid, "--files", "allow") // for the next subtests
 	})
 
 	t.Run("meshtray send, allowed by the policy", func(t *testing.T) {
