@@ -411,6 +411,20 @@ func TestSendLargeFileAcrossNamespaces(t *testing.T) {
 	if r := wait(); r.Code != 0 {
 		t.Fatalf("pair --join: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
+	// The receiver's owner denies a first transfer.
+	note := filepath.Join(t.TempDir(), "note.txt")
+	os.WriteFile(note, []byte("hello across\n"), 0o600)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Minute)
+	denied := ptBackgroundCmd(t, a.n.Command(ctx2, "send", "bee", note), cancel2)
+	fa := phWaitApproval(t, b.n.approvals, app.KindFiles, nil)
+	if fa.Peer != "ant" || len(fa.Files) != 1 || fa.Files[0].Path != "note.txt" || fa.Dir != b.dir {
+		t.Fatalf("approval across namespaces: %+v", fa)
+	}
+	b.n.MustAPI("POST", "/approvals/"+fa.ID, app.ApprovalDecision{Decision: app.DecisionDeny}, nil)
+	if r := denied(); r.Code != 12 || !strings.Contains(r.Stderr, "denied") {
+		t.Fatalf("denied send: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+
 	var d app.Devices
 	b.n.MustAPI("GET", "/nodes/devices", nil, &d)
 	for _, g := range d.Issued {
