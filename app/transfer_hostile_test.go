@@ -223,6 +223,27 @@ func TestReceiveFromHostileSender(t *testing.T) {
 		}
 	})
 
+	t.Run("inline bytes up to the request body limit", func(t *testing.T) {
+		big := bytes.Repeat([]byte("0123456789abcdef"), 700<<10/16) // 700 KiB: ~934 KiB in base64
+		task := s.ended(s.announce(inline("big.bin", big)).ID)
+		if task.Status.State != a2a.TaskStateCompleted {
+			t.Fatalf("task %s %q", task.Status.State, statusOf(task))
+		}
+		if got, err := os.ReadFile(filepath.Join(b.FilesDir, "big.bin")); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("big.bin: %d bytes, %v", len(got), err)
+		}
+		// Over it: refused by the A2A endpoint, nothing saved.
+		no := false
+		_, err := s.client.SendMessage(context.Background(), &a2a.MessageSendParams{
+			Message: a2a.NewMessage(a2a.MessageRoleUser, inline("huge.bin", append(big, big...))), Config: &a2a.MessageSendConfig{Blocking: &no}})
+		if err == nil {
+			t.Fatal("1.4 MiB inline accepted")
+		}
+		if _, err := os.Stat(filepath.Join(b.FilesDir, "huge.bin")); err == nil {
+			t.Fatal("huge.bin saved")
+		}
+	})
+
 	t.Run("inline metadata that lies about the bytes", func(t *testing.T) {
 		p := inline("a.txt", evil).(a2a.FilePart)
 		p.Metadata = map[string]any{files.PartMetadataKey: map[string]any{"path": "a.txt", "size": 1, "sha256": hexSum(evil)}}
