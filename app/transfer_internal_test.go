@@ -99,3 +99,34 @@ keep_free = 1048576
 		t.Errorf("a relative files.dir: %v", err)
 	}
 }
+
+// TestSendEventJSON: the NDJSON lines of POST /files/send are exactly the
+// contract's (CONTRACTS.md "transfer <-> filesui"), and read back.
+func TestSendEventJSON(t *testing.T) {
+	res := &SendResult{TaskID: "T1", State: "completed", Message: "saved 1 file(s) in /d", Dir: "/d",
+		Files: []files.Saved{{Path: "a.txt", Size: 3, MediaType: "text/plain", SHA256: "ab"}}}
+	for _, tc := range []struct {
+		ev   SendEvent
+		want string
+	}{
+		{SendEvent{Type: SendEventState, State: "working", Message: "receiving"}, `{"type":"state","state":"working","message":"receiving"}`},
+		{SendEvent{Type: SendEventProgress, File: 0, Path: "Trip/a b.jpg", Done: 0, Size: 10, TotalDone: 0, Total: 20},
+			`{"type":"progress","file":0,"path":"Trip/a b.jpg","done":0,"size":10,"total_done":0,"total":20}`},
+		{SendEvent{Type: SendEventResult, Result: res},
+			`{"type":"result","task_id":"T1","state":"completed","message":"saved 1 file(s) in /d","dir":"/d","files":[{"path":"a.txt","size":3,"media_type":"text/plain","sha256":"ab"}]}`},
+		{SendEvent{Type: SendEventResult, State: "rejected", Message: "no"}, `{"type":"result","task_id":"","state":"rejected","message":"no","files":[]}`},
+	} {
+		b, err := tc.ev.MarshalJSON()
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%s\nwant %s (%v)", b, tc.want, err)
+			continue
+		}
+		var back SendEvent
+		if err := back.UnmarshalJSON(b); err != nil || back.Type != tc.ev.Type {
+			t.Errorf("read back %s: %+v %v", b, back, err)
+		}
+		if back.Type == SendEventResult && (back.Result == nil || back.Result.State != back.State) {
+			t.Errorf("result read back: %+v", back)
+		}
+	}
+}
