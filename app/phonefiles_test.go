@@ -112,6 +112,16 @@ func TestPhoneFiles(t *testing.T) {
 		t.Fatalf("loopback pairing URL %q", e.ps.URLs)
 	}
 	node.MustAPI("POST", "/a2a/status", map[string]any{"enabled": true}, nil)
+	// A Chromium just started in a new namespace may see the network
+	// change under its first load (net::ERR_NETWORK_CHANGED): load once
+	// until it stays, before the flow.
+	for i := 0; ; i++ {
+		err := chromedp.Do(e.b.ctx, chromedp.Navigate(e.url))
+		if err == nil || i == 4 || !strings.Contains(err.Error(), "ERR_NETWORK_CHANGED") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // pacing of the retries
+	}
 	e.pairPhone()
 	e.b.Visible("files-card", 10*time.Second)
 	if got := e.text("offers-note"); !strings.HasPrefix(got, "Nothing offered") {
