@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"image"
 	"io"
 	"net/http"
 	"os"
@@ -145,6 +146,8 @@ func TestReceivedFilesNotification(t *testing.T) {
 // (meshtray-ui send DEVICE PATH..., what a drop on the peer window does):
 // the window shows the offer, the phone (its grant over HTTP, as its page
 // does) lists and downloads the files, and the window shows them sent.
+// Then a file picked with the window's file chooser (X pointer clicks on
+// Add files…, the file, Open, Send) goes the same way.
 func TestSendFilesWindow(t *testing.T) {
 	d := startDesktop(t, false)
 	dir := t.TempDir()
@@ -154,7 +157,11 @@ func TestSendFilesWindow(t *testing.T) {
 	srcDir := t.TempDir()
 	f1, b1 := randomFile(t, srcDir, "holiday.mp4", 3<<20)
 	f2, b2 := randomFile(t, srcDir, "notes.txt", 2000)
-	startProc(t, "ui", d.env(), dir, []string{uiExe(t), "--state-dir", dir, "send", "Ada’s phone", f1, f2})
+	// The window process's user: a home with one file to pick later.
+	uenv := userEnv(t)
+	home := strings.TrimPrefix(uenv[0], "HOME=")
+	_, b3 := randomFile(t, home, "picked.txt", 5000)
+	startProc(t, "ui", append(d.env(), uenv...), dir, []string{uiExe(t), "--state-dir", dir, "send", "Ada’s phone", f1, f2})
 	win, _ := waitWindow(t, d, "Send files to Ada’s phone", 30*time.Second)
 
 	get := func(path string, out any) []byte {
@@ -195,5 +202,34 @@ func TestSendFilesWindow(t *testing.T) {
 		get("/files/offers", &offers)
 		return len(offers) == 0
 	})
-	settledShot(t, d, win, "send-done", "the send window after the download")
+	_, done := settledShot(t, d, win, "send-done", "the send window after the download")
+
+	// Again with the chooser: "Add files…" (top left, under the text)
+	// opens Fyne's file dialog over the window, in the home folder: its
+	// grid shows (Parent), picked.txt and run; pick the file, Open, Send.
+	clickAt(t, d, win, 63, 147)
+	pollShot(t, d, win, "send-chooser", "the file chooser over the window", 15*time.Second, func(_ string, img image.Image) bool {
+		return blankness(img) == "" && !sameImage(img, done)
+	})
+	clickAt(t, d, win, 295, 160)
+	clickAt(t, d, win, 504, 427)
+	// Send, top right (the progress bars share its colour, so findPrimary
+	// would not single it out).
+	settledShot(t, d, win, "send-picked", "the window with the picked file")
+	clickAt(t, d, win, 493, 147)
+	apptest.WaitFor(t, 20*time.Second, "the second offer", func() bool {
+		get("/files/offers", &offers)
+		return len(offers) == 1
+	})
+	if o := offers[0]; len(o.Files) != 1 || o.Files[0].Name != "picked.txt" {
+		t.Fatalf("offer %+v", o)
+	}
+	if got := get("/files/offers/"+offers[0].ID+"/0", nil); !bytes.Equal(got, b3) {
+		t.Error("the picked file downloaded differs")
+	}
+	apptest.WaitFor(t, 20*time.Second, "the second offer done", func() bool {
+		get("/files/offers", &offers)
+		return len(offers) == 0
+	})
+	settledShot(t, d, win, "send-picked-done", "the send window after the picked file went")
 }
