@@ -100,10 +100,9 @@ func TestPhoneFiles(t *testing.T) {
 	e := &phoneEnv{t: t, lab: lab, node: node, b: startPhone(t, lab.laptop)}
 	e.newSession()
 	// Files travel over HTTPS only: the loopback listener's TLS side,
-	// through a relay that cuts the connection once, 12 MiB into the
-	// uploads (in the second 8 MiB PUT of the big file).
-	// A relay in the laptop's namespace, in front of the node: the browser
-	// talks TLS to the node through it, and it cuts the upload once.
+	// through a relay in the laptop's namespace that cuts the connection
+	// once, 12 MiB into the uploads (in the second 8 MiB PUT of the big
+	// file).
 	proxy := startCutProxy(t, phNSListen(t, lab.laptop, "127.0.0.1:0"), func() (net.Conn, error) {
 		return phNSDialer(lab.laptop)(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(node.Port))
 	}, 12<<20)
