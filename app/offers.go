@@ -95,9 +95,10 @@ type OfferProgress struct {
 }
 
 type offerFile struct {
-	src  files.Source
-	mod  time.Time // the file's modification time when offered
-	done int64     // guarded by offer.mu: bytes from the start served whole
+	src   files.Source
+	mod   time.Time // the file's modification time when offered
+	done  int64     // guarded by offer.mu: bytes from the start served whole
+	whole bool      // guarded by offer.mu: served up to its end (an empty file too)
 }
 
 type offer struct {
@@ -147,9 +148,10 @@ func (o *offer) view() OfferView {
 func (o *offer) served(i int, start, n int64) {
 	o.mu.Lock()
 	f := &o.files[i]
-	grew := start <= f.done && start+n > f.done
+	grew := start <= f.done && (start+n > f.done || !f.whole && start+n >= f.src.Entry.Size)
 	if grew {
 		f.done = min(start+n, f.src.Entry.Size)
+		f.whole = f.whole || f.done == f.src.Entry.Size
 	}
 	o.mu.Unlock()
 	if grew {
@@ -162,7 +164,7 @@ func (o *offer) complete() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, f := range o.files {
-		if f.done < f.src.Entry.Size {
+		if !f.whole {
 			return false
 		}
 	}

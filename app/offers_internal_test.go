@@ -304,6 +304,37 @@ func TestOfferEnds(t *testing.T) {
 	}
 }
 
+// TestOfferOfAnEmptyFile: an empty file counts as downloaded once it was
+// fetched, not before.
+func TestOfferOfAnEmptyFile(t *testing.T) {
+	e := newOfferEnv(t)
+	p, _ := writeFile(t, t.TempDir(), "empty", 0)
+	srcs, err := files.Sources(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := e.n.offers.add(e.phone, "laptop", srcs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.complete() {
+		t.Fatal("an empty file counts as downloaded before anyone fetched it")
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.n.offers.wait(context.Background(), o, nil) }()
+	if resp, b := e.do(t, "GET", "/files/offers/"+o.id+"/0", e.tokPhone, nil); resp.StatusCode != 200 || len(b) != 0 {
+		t.Fatalf("GET: %d %q", resp.StatusCode, b)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait did not end once the empty file was fetched")
+	}
+}
+
 // TestContentDisposition: names that would break the header or point
 // elsewhere are made safe.
 func TestContentDisposition(t *testing.T) {

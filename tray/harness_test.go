@@ -805,14 +805,20 @@ func getStatus(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
-// notice is one desktop notification received.
-type notice struct{ App, Icon, Summary, Body string }
+// notice is one desktop notification received: ID is the id the
+// service gave it, Actions its action keys and labels, flat.
+type notice struct {
+	App, Icon, Summary, Body string
+	ID                       uint32
+	Actions                  string // "key=label,key=label"
+}
 
 // notifications is a test-side org.freedesktop.Notifications service
 // (Desktop Notifications Specification 1.2) on the desktop's bus.
 type notifications struct {
-	mu  sync.Mutex
-	got []notice
+	conn *dbus.Conn
+	mu   sync.Mutex
+	got  []notice
 }
 
 func (d *desktop) startNotifications(t *testing.T) *notifications {
@@ -822,16 +828,20 @@ func (d *desktop) startNotifications(t *testing.T) *notifications {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	n := &notifications{}
+	n := &notifications{conn: conn}
 	methods := map[string]any{
-		"GetCapabilities": func() ([]string, *dbus.Error) { return []string{"body"}, nil },
+		"GetCapabilities": func() ([]string, *dbus.Error) { return []string{"body", "actions"}, nil },
 		"GetServerInformation": func() (string, string, string, string, *dbus.Error) {
 			return "test", "meshtray", "1", "1.2", nil
 		},
 		"Notify": func(app string, replaces uint32, icon, summary, body string, actions []string, hints map[string]dbus.Variant, timeout int32) (uint32, *dbus.Error) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			n.got = append(n.got, notice{app, icon, summary, body})
+			var acts []string
+			for i := 0; i+1 < len(actions); i += 2 {
+				acts = append(acts, actions[i]+"="+actions[i+1])
+			}
+			n.got = append(n.got, notice{App: app, Icon: icon, Summary: summary, Body: body, ID: uint32(len(n.got) + 1), Actions: strings.Join(acts, ",")})
 			return uint32(len(n.got)), nil
 		},
 	}
@@ -842,6 +852,16 @@ func (d *desktop) startNotifications(t *testing.T) *notifications {
 		t.Fatalf("own org.freedesktop.Notifications: %v %v", rep, err)
 	}
 	return n
+}
+
+// invoke emits ActionInvoked(id, key), as a notification server does when
+// the person picks that action (Desktop Notifications Specification,
+// "Signals").
+func (n *notifications) invoke(t *testing.T, id uint32, key string) {
+	t.Helper()
+	if err := n.conn.Emit("/org/freedesktop/Notifications", "org.freedesktop.Notifications.ActionInvoked", id, key); err != nil {
+		t.Fatalf("emit ActionInvoked: %v", err)
+	}
 }
 
 // wait returns the notifications once there are at least n.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -111,7 +112,9 @@ func (v *sendView) renderList() {
 		objs = append(objs, mutedLabel("Nothing chosen yet."))
 	}
 	for _, p := range v.paths {
-		objs = append(objs, container.NewHBox(widget.NewIcon(theme.DocumentIcon()), plainLabel(filepath.Base(p)), mutedLabel(filepath.Dir(p))))
+		l := widget.NewLabel(filepath.Base(p) + "   " + filepath.Dir(p))
+		l.Truncation = fyne.TextTruncateEllipsis
+		objs = append(objs, container.NewBorder(nil, nil, widget.NewIcon(theme.DocumentIcon()), nil, l))
 	}
 	v.list.Objects = objs
 	v.list.Refresh()
@@ -213,6 +216,9 @@ func sendStateText(device, state, msg string) string {
 		s = "Waiting for approval on " + device + "…"
 	case "working":
 		s = "Sending…"
+		if msg != "" {
+			return sentence(msg) // "offered to …" says more than "Sending…"
+		}
 	case "completed":
 		s = "✓ Sent."
 	case "rejected":
@@ -225,9 +231,22 @@ func sendStateText(device, state, msg string) string {
 		s = state
 	}
 	if msg != "" && state != "submitted" {
-		s += " " + msg
+		s += " " + sentence(msg)
 	}
 	return s
+}
+
+// sentence is msg with a capital first letter and a full stop.
+func sentence(msg string) string {
+	r := []rune(strings.TrimSpace(msg))
+	if len(r) == 0 {
+		return ""
+	}
+	r[0] = unicode.ToUpper(r[0])
+	if !strings.ContainsRune(".!?…", r[len(r)-1]) {
+		r = append(r, '.')
+	}
+	return string(r)
 }
 
 // humanBytes is n in B, KB, MB, GB (powers of 1024).

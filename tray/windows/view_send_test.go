@@ -1,0 +1,38 @@
+package windows
+
+import (
+	"testing"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/storage"
+)
+
+func TestSendStateText(t *testing.T) {
+	for _, tc := range []struct{ state, msg, want string }{
+		{"submitted", "waiting for approval on laptop", "Waiting for approval on laptop…"},
+		{"working", "offered to Ada’s phone: open meshtray's page on it to download (until 13:25)", "Offered to Ada’s phone: open meshtray's page on it to download (until 13:25)."},
+		{"working", "", "Sending…"},
+		{"completed", "downloaded by Ada’s phone", "✓ Sent. Downloaded by Ada’s phone."},
+		{"rejected", "", "Declined on laptop."},
+	} {
+		if got := sendStateText("laptop", tc.state, tc.msg); got != tc.want {
+			t.Errorf("sendStateText(%s, %q) = %q, want %q", tc.state, tc.msg, got, tc.want)
+		}
+	}
+}
+
+func TestDroppedPaths(t *testing.T) {
+	web, _ := storage.ParseURI("https://example.com/a.txt")
+	got := droppedPaths([]fyne.URI{storage.NewFileURI("/home/ada/a b.txt"), web, nil, storage.NewFileURI("/tmp/dir")})
+	if len(got) != 2 || got[0] != "/home/ada/a b.txt" || got[1] != "/tmp/dir" {
+		t.Errorf("droppedPaths = %q", got)
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KB", 3 << 20: "3.0 MB", 5 << 30: "5.0 GB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
