@@ -76,7 +76,7 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 		if err := n.approvals.record(a, d); err != nil && d.Approved() {
 			return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}
 		}
-		return agent.Decision{Approved: d.Approved(), Reason: d.Reason}
+		return agent.Decision{Approved: d.Approved(), Reason: d.Reason, Caller: withGrant(p, g)}
 	}
 	a.Detail = messageDetail(t.Message)
 	d, err := n.approvals.askQueued(ctx, a, t.Queued)
@@ -92,7 +92,16 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 		}
 		n.applyAlways(g, d)
 	}
-	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason, Caller: withGrant(p, g)}
+}
+
+// withGrant is p with grant g as it is now: the caller a task restored from
+// the database runs under once approved (its stored caller has only the
+// grant's id and name).
+func withGrant(p *pairing.Principal, g pairing.Grant) *pairing.Principal {
+	np := *p
+	np.Grant = g
+	return &np
 }
 
 // taskWaiting reports whether the database holds task id live (not
