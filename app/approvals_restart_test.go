@@ -621,3 +621,42 @@ func TestRestoredApprovalDecidedByPolicyRunsUnderTheGrant(t *testing.T) {
 		t.Fatalf("pending after the task completed: %+v", as)
 	}
 }
+
+// TestRestoredApprovalDecidedByPolicyIsDecidedOnce: a delegation kept
+// waiting across a kill -9 and decided by its grant's policy at the start
+// is decided once: its kept row goes with that decision, and the row's
+// original deadline passing later records no second decision (a timeout
+// denial of a task that already ran).
+func TestRestoredApprovalDecidedByPolicyIsDecidedOnce(t *testing.T) {
+	const timeout = 8 * time.Second
+	cfg := fmt.Sprintf("approval_timeout = %q\n", timeout)
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Config: cfg})
+	dir := n.StateDir
+	n.CLI("a2a", "on")
+	id, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+	first := sendWaiting(t, n, token, 0)
+	ptCLI(t, n, "grant", "set", id, "--approval", "allow")
+	kill9(t, n)
+
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Config: cfg})
+	if tk := taskState(t, n, token, first.TaskID); tk.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("the task approved by policy after the restart: %s %q", tk.Status.State, statusText(tk))
+	}
+	time.Sleep(time.Until(first.Expires) + time.Second)
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t, dir)
+	var got []store.Entry
+	for _, e := range auditApprovals(t, db) {
+		if e.TaskID == first.TaskID {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 || got[0].Result != "approved" || got[0].DecidedVia != store.WherePolicy {
+		t.Fatalf("audit entries of the task: want one approval by policy, got %+v", got)
+	}
+	if rows, err := db.Approvals(context.Background()); err != nil || len(rows) != 0 {
+		t.Fatalf("approval rows left after the decision: %+v %v", rows, err)
+	}
+}

@@ -354,13 +354,26 @@ func (q *Approvals) isClosing() bool {
 }
 
 // record audits a decision no person was asked for (a grant's policy):
-// durable before it returns.
+// durable before it returns. A request kept across a restart for a's task
+// (restore) is decided by it: its row goes with the entry, in one
+// transaction, and its own deadline no longer runs.
 func (q *Approvals) record(a Approval, d ApprovalDecision) error {
 	q.mu.Lock()
 	db := q.db
+	var kept *pendingApproval
+	if a.taskKind() && a.TaskID != "" {
+		if kept = q.restored[a.TaskID]; kept != nil {
+			delete(q.restored, a.TaskID)
+			kept.timer.Stop()
+		}
+	}
 	q.mu.Unlock()
 	if db == nil {
 		return nil
+	}
+	if kept != nil {
+		a.ID, a.Created = kept.a.ID, kept.a.Created
+		return q.resolve(db, a, d)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
