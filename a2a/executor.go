@@ -80,6 +80,11 @@ type Decision struct {
 	// Reason explains a refusal ("denied by the owner", "no answer within
 	// 2m0s", "policy deny for grant phone").
 	Reason string
+	// Caller, when set, is the task's caller as the Approver found it now
+	// (the same owner, with its grant as it is): a task restored from the
+	// database runs under it, since its stored caller holds only the
+	// grant's id and name (no policy, no scopes). nil keeps the task's.
+	Caller *pairing.Principal
 }
 
 // Approver decides whether a new task may run. It blocks until a decision,

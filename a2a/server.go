@@ -1200,6 +1200,9 @@ func (s *Server) runTurn(ctx context.Context, t *task, ex *Execution, kind turnK
 		if dec.ByOwner {
 			t.approvedSummary = t.summary
 		}
+		if t.restored && dec.Caller != nil && dec.Caller.Owner() == t.owner {
+			t.caller, t.restored = dec.Caller, false
+		}
 		t.setStatusLocked(a2a.TaskStateWorking, nil, s.now())
 		if dec.ByOwner {
 			// A person's decision is on disk before anyone reads its

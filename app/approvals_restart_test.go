@@ -578,3 +578,85 @@ func TestApprovalDeadlinePassedWhileDown(t *testing.T) {
 		t.Fatalf("audit entries: %+v", es)
 	}
 }
+
+// TestRestoredApprovalDecidedByPolicyRunsUnderTheGrant: a delegation waits
+// for the owner, who then sets its grant to allow; the node is killed (-9).
+// At the start the restored request is decided by the grant's policy, and
+// its task runs under the grant as it is now: device.info (itself allow)
+// completes without a second, capability-level request that the stored
+// caller (grant id and name only, no policy) would otherwise raise.
+func TestRestoredApprovalDecidedByPolicyRunsUnderTheGrant(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Name: "laptop"})
+	dir := n.StateDir
+	n.CLI("a2a", "on")
+	id, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+	first := sendWaiting(t, n, token, 0)
+	ptCLI(t, n, "grant", "set", id, "--approval", "allow")
+	kill9(t, n)
+
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Name: "laptop"})
+	client := apptest.A2AClient(t, n.BaseURL, token)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		tk, err := client.GetTask(context.Background(), &a2a.TaskQueryParams{ID: a2a.TaskID(first.TaskID)})
+		if err != nil {
+			t.Fatalf("tasks/get after the restart: %v", err)
+		}
+		if tk.Status.State.Terminal() {
+			if tk.Status.State != a2a.TaskStateCompleted {
+				t.Fatalf("the task approved by policy after the restart: %s %q", tk.Status.State, statusText(tk))
+			}
+			break
+		}
+		if as := pendingApprovals(t, n); len(as) > 0 {
+			t.Fatalf("the task approved by its grant's policy (allow) asks again after the restart: %s %q; pending: %+v",
+				tk.Status.State, statusText(tk), as)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task approved by policy did not end: %s %q", tk.Status.State, statusText(tk))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if as := pendingApprovals(t, n); len(as) != 0 {
+		t.Fatalf("pending after the task completed: %+v", as)
+	}
+}
+
+// TestRestoredApprovalDecidedByPolicyIsDecidedOnce: a delegation kept
+// waiting across a kill -9 and decided by its grant's policy at the start
+// is decided once: its kept row goes with that decision, and the row's
+// original deadline passing later records no second decision (a timeout
+// denial of a task that already ran).
+func TestRestoredApprovalDecidedByPolicyIsDecidedOnce(t *testing.T) {
+	const timeout = 8 * time.Second
+	cfg := fmt.Sprintf("approval_timeout = %q\n", timeout)
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Config: cfg})
+	dir := n.StateDir
+	n.CLI("a2a", "on")
+	id, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+	first := sendWaiting(t, n, token, 0)
+	ptCLI(t, n, "grant", "set", id, "--approval", "allow")
+	kill9(t, n)
+
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Config: cfg})
+	if tk := taskState(t, n, token, first.TaskID); tk.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("the task approved by policy after the restart: %s %q", tk.Status.State, statusText(tk))
+	}
+	time.Sleep(time.Until(first.Expires) + time.Second)
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t, dir)
+	var got []store.Entry
+	for _, e := range auditApprovals(t, db) {
+		if e.TaskID == first.TaskID {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 || got[0].Result != "approved" || got[0].DecidedVia != store.WherePolicy {
+		t.Fatalf("audit entries of the task: want one approval by policy, got %+v", got)
+	}
+	if rows, err := db.Approvals(context.Background()); err != nil || len(rows) != 0 {
+		t.Fatalf("approval rows left after the decision: %+v %v", rows, err)
+	}
+}

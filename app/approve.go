@@ -76,7 +76,7 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 		if err := n.approvals.record(a, d); err != nil && d.Approved() {
 			return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}
 		}
-		return agent.Decision{Approved: d.Approved(), Reason: d.Reason}
+		return agent.Decision{Approved: d.Approved(), Reason: d.Reason, Caller: withGrant(p, g)}
 	}
 	a.Detail = messageDetail(t.Message)
 	d, err := n.approvals.askQueued(ctx, a, t.Queued)
@@ -92,7 +92,16 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 		}
 		n.applyAlways(g, d)
 	}
-	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason, Caller: withGrant(p, g)}
+}
+
+// withGrant is p with grant g as it is now: the caller a task restored from
+// the database runs under once approved (its stored caller has only the
+// grant's id and name).
+func withGrant(p *pairing.Principal, g pairing.Grant) *pairing.Principal {
+	np := *p
+	np.Grant = g
+	return &np
 }
 
 // taskWaiting reports whether the database holds task id live (not
@@ -345,13 +354,26 @@ func (q *Approvals) isClosing() bool {
 }
 
 // record audits a decision no person was asked for (a grant's policy):
-// durable before it returns.
+// durable before it returns. A request kept across a restart for a's task
+// (restore) is decided by it: its row goes with the entry, in one
+// transaction, and its own deadline no longer runs.
 func (q *Approvals) record(a Approval, d ApprovalDecision) error {
 	q.mu.Lock()
 	db := q.db
+	var kept *pendingApproval
+	if a.taskKind() && a.TaskID != "" {
+		if kept = q.restored[a.TaskID]; kept != nil {
+			delete(q.restored, a.TaskID)
+			kept.timer.Stop()
+		}
+	}
 	q.mu.Unlock()
 	if db == nil {
 		return nil
+	}
+	if kept != nil {
+		a.ID, a.Created = kept.a.ID, kept.a.Created
+		return q.resolve(db, a, d)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
