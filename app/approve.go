@@ -163,7 +163,10 @@ func (n *Node) applyAlways(g pairing.Grant, d ApprovalDecision) {
 	if !d.Approved() || !d.Always || g.ID == "" {
 		return
 	}
-	if err := n.grants.SetPolicy(g.ID, pairing.PolicyAllow); err != nil {
+	err := n.asActor(changeKey(pairing.ChangePolicy, g.ID), actor{by: d.By, where: d.Where}, func() error {
+		return n.grants.SetPolicy(g.ID, pairing.PolicyAllow)
+	})
+	if err != nil {
 		n.log.Warn("cannot set grant policy to allow", "grant_id", g.ID, "err", err)
 		return
 	}
@@ -208,12 +211,25 @@ func (n *Node) onPairingRequest(r pairing.Request) {
 	_, err := n.approvals.postPairing(a, r, n.pairingDecision(r))
 	if err != nil {
 		n.log.Warn("pairing request refused", "err", err)
+		// No approval entry records this refusal: the denial's own entry
+		// does (onTrustChange), told before Decide returns.
+		n.unqueuedPairings.Store(r.ID, "refused before the owner saw it: "+err.Error())
 		n.pairer.Decide(r.ID, false, nil)
+		n.unqueuedPairings.Delete(r.ID)
 	}
 }
 
 // pairingDecision delivers the queue's decision on pairing request r to the
-// pairer. Only a person denies a pairing: a timeout or shutdown leaves the
+// pairer.
+//
+// In the audit trail the queue's approval entry (written before this runs)
+// is the decision, with who decided where; the pairer's own report of a
+// denial or expiry of a queued request is the same event and is not
+// recorded again (onTrustChange). An approval leads to two more entries,
+// each a different fact: the grant issued (its ID and scopes, which the
+// approval entry predates; valid once collected), and the device
+// collecting its token ("grant collected", later, or never: then the
+// grant's revocation is recorded instead). Only a person denies a pairing: a timeout or shutdown leaves the
 // request to the pairer, which reports it expired (the claimant must not
 // read "declined by the owner").
 func (n *Node) pairingDecision(r pairing.Request) func(ApprovalDecision) error {

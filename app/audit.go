@@ -340,6 +340,15 @@ func (n *Node) auditSwitch(kind store.Kind, on bool, a actor) {
 	n.audit(store.Entry{Kind: kind, Subject: subject, Result: res, GrantID: a.grantID, DecidedBy: a.by, DecidedVia: a.where})
 }
 
+// auditCapabilityPolicy records a's change of capability name's approval
+// policy from was to now (meshtray manifest set, POST /config): a change
+// of trust, like a grant's policy (store.KindGrant, subject "capability
+// policy", the capability in Params).
+func (n *Node) auditCapabilityPolicy(name string, was, now pairing.Policy, a actor) {
+	n.audit(store.Entry{Kind: store.KindGrant, Subject: "capability policy", Result: string(now),
+		Params: "capability " + name + "; was " + string(was), GrantID: a.grantID, DecidedBy: a.by, DecidedVia: a.where})
+}
+
 // onCapabilityRun records one capability call (nodes.Options.OnRun).
 func (n *Node) onCapabilityRun(rr nodes.RunRecord) {
 	e := store.Entry{
@@ -356,14 +365,15 @@ func (n *Node) onCapabilityRun(rr nodes.RunRecord) {
 	n.audit(e)
 }
 
-// ownerChange is the owner's grant action under way: the change the
-// observer will be told of, and where it was made. One at a time
-// (ownerMu), so the observer matches it exactly.
+// ownerChange is the grant action under way that a person made (the owner,
+// or a device deciding an approval with "always allow"): the change the
+// observer will be told of, and who made it where. One at a time (mu), so
+// the observer matches it exactly.
 type ownerChange struct {
 	mu     sync.Mutex // serialises owner grant actions
-	actMu  sync.Mutex // guards key, where
+	actMu  sync.Mutex // guards key, by, active
 	key    string
-	where  string
+	by     actor
 	active bool
 }
 
@@ -379,11 +389,19 @@ func changeKey(op pairing.ChangeOp, grantID string) string {
 // asOwner runs fn, an owner's grant action at where that makes the change
 // key, so the audit entry of that change names the owner and where.
 func (n *Node) asOwner(key, where string, fn func() error) error {
+	return n.asActor(key, actor{by: "owner", where: where}, fn)
+}
+
+// asActor runs fn, a grant action by a that makes the change key, so the
+// audit entry of that change names a.by and a.where. The observer is told
+// of the change before the Grants method that made it returns
+// (pairing.Grants.Observe), so within fn.
+func (n *Node) asActor(key string, a actor, fn func() error) error {
 	oc := &n.ownerAct
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
 	oc.actMu.Lock()
-	oc.key, oc.where, oc.active = key, where, true
+	oc.key, oc.by, oc.active = key, a, true
 	oc.actMu.Unlock()
 	defer func() {
 		oc.actMu.Lock()
@@ -393,23 +411,24 @@ func (n *Node) asOwner(key, where string, fn func() error) error {
 	return fn()
 }
 
-// ownerWhere reports whether the change key is the owner's action under
-// way, and where it was made; it matches once.
-func (n *Node) ownerWhere(key string) (string, bool) {
+// actorOfChange reports whether the change key is the action under way
+// (asActor), and who made it where; it matches once.
+func (n *Node) actorOfChange(key string) (actor, bool) {
 	oc := &n.ownerAct
 	oc.actMu.Lock()
 	defer oc.actMu.Unlock()
 	if !oc.active || oc.key != key {
-		return "", false
+		return actor{}, false
 	}
 	oc.active = false
-	return oc.where, true
+	return oc.by, true
 }
 
 // grantSubjects are the store's names of grant changes (store.KindGrant).
 var grantSubjects = map[pairing.ChangeOp]string{
 	pairing.ChangeIssued: "issue", pairing.ChangePaused: "pause", pairing.ChangeResumed: "resume",
 	pairing.ChangePolicy: "policy", pairing.ChangeRevoked: "revoke", pairing.ChangeRotated: "rotate",
+	pairing.ChangeFilesPolicy: "files policy",
 }
 
 // onTrustChange records a change of trust (pairing.Grants.Observe).
@@ -432,6 +451,11 @@ func (n *Node) onTrustChange(c pairing.Change) {
 			e.Result = "revoked"
 		case pairing.ChangePolicy:
 			e.Result = string(c.Policy)
+		case pairing.ChangeFilesPolicy:
+			e.Result = string(c.FilesPolicy)
+			if e.Result == "" {
+				e.Result = string(pairing.PolicyAsk)
+			}
 		default:
 			e.Result = string(c.Status)
 		}
@@ -439,9 +463,9 @@ func (n *Node) onTrustChange(c pairing.Change) {
 			details = append(details, "approval "+string(c.Policy))
 		}
 		ownerIssue := c.Op != pairing.ChangeIssued || (c.PeerID == "" && c.Cause == "")
-		switch where, ok := n.ownerWhere(changeKey(c.Op, c.GrantID)); {
+		switch a, ok := n.actorOfChange(changeKey(c.Op, c.GrantID)); {
 		case ok && ownerIssue:
-			e.DecidedBy, e.DecidedVia = "owner", where
+			e.DecidedBy, e.DecidedVia = a.by, a.where
 		case c.Op == pairing.ChangeIssued, c.Cause == "":
 			// A pairing the owner approved or joined; a change only the
 			// owner makes (an "always allow" given in an approval).
@@ -461,10 +485,18 @@ func (n *Node) onTrustChange(c pairing.Change) {
 			if c.Cause != "" { // the device refused its token
 				e.Result, e.DecidedBy = "revoked by the device", "device "+pairing.ShortID(c.PeerID)
 			}
-		case pairing.ChangeDenied:
-			e.Subject, e.Result, e.DecidedBy = "pairing request", "denied", "owner"
-		case pairing.ChangeExpired:
-			e.Subject, e.Result, e.DecidedVia = "pairing request", "expired", store.WhereTimeout
+		case pairing.ChangeDenied, pairing.ChangeExpired:
+			// A pairing request the approvals queue took ends there: its
+			// approval entry (store.ResolveApproval) is the one record of
+			// the owner's denial, with who and where, and of its expiry
+			// (where timeout). Only a request the node refused before it
+			// reached the queue has no approval entry: it is recorded here.
+			reason, ok := n.unqueuedPairings.LoadAndDelete(c.RequestID)
+			if !ok || c.RequestID == "" {
+				return
+			}
+			e.Subject, e.Result, e.DecidedBy = "pairing request", "denied", "node"
+			details = append(details, reason.(string))
 		default:
 			e.Subject = string(c.Op)
 		}

@@ -156,7 +156,12 @@ func TestAuditTrail(t *testing.T) {
 	mustEntry(t, es, app.AuditEntry{Kind: "grant", Subject: "issue", Peer: "bravo", Params: "valid once the device collects its token"})
 	mustEntry(t, es, app.AuditEntry{Kind: "pairing", Result: "paired", Peer: "bravo", Subject: "grant collected", Params: "device " + idb.ID[:7]})
 	mustEntry(t, es, app.AuditEntry{Kind: "pairing", Result: "paired", Peer: "bravo", Subject: "grant received", Params: "offered by the device"})
-	mustEntry(t, es, app.AuditEntry{Kind: "pairing", Result: "denied", Peer: "pixel", DecidedBy: "owner"})
+	// The denial is one entry, the approval's (the pairer's report of it
+	// is the same event).
+	mustEntry(t, es, app.AuditEntry{Kind: "approval", Result: "denied", Peer: "pixel", DecidedBy: "owner", DecidedVia: "cli"})
+	if e, ok := findEntry(es, app.AuditEntry{Kind: "pairing", Peer: "pixel"}); ok {
+		t.Errorf("the denied pairing recorded twice: %+v", e)
+	}
 	mustEntry(t, es, app.AuditEntry{Kind: "pairing", Result: "revoked by the device", Peer: "bravo", DecidedBy: "device " + idb.ID[:7]})
 	// Bravo's side: the grant it holds from alpha, the grant it gave, and
 	// the revocation it made.

@@ -46,25 +46,29 @@ type Node struct {
 	offers    offerTable // files offered to browser-only devices (offers.go)
 
 	// Set by Start; read-only afterwards.
-	lock         *StateLock
-	db           *store.Store // tasks, approvals, outbound, manual peers, the audit trail
-	ownerAct     ownerChange  // the owner's grant action under way, for its audit entry (audit.go)
-	settings     *settingsStore
-	ks           keychain.Store
-	identity     *pairing.Identity
-	grants       *pairing.Grants
-	auth         *pairing.Auth
-	pairer       *pairing.Pairer
-	registry     *nodes.Registry
-	deleg        *delegation // agents, outbound view, forward executor (agents.go)
-	recv         *receiving  // the receive folder and recent transfers (receive.go)
-	agent        *agent.Server
-	disc         *mesh.Discovery
-	listeners    *listenerSet
-	osEnv        string
-	controlToken string
-	loopback     string // base URL of the loopback listener for the local owner (http)
-	loopbackTLS  string // the same listener for peers on this machine (https, pinned)
+	lock     *StateLock
+	db       *store.Store // tasks, approvals, outbound, manual peers, the audit trail
+	ownerAct ownerChange  // the owner's grant action under way, for its audit entry (audit.go)
+	// unqueuedPairings: pairing request ID -> why the node refused it
+	// before the approvals queue took it (onPairingRequest), for the
+	// audit entry of that denial (onTrustChange).
+	unqueuedPairings sync.Map
+	settings         *settingsStore
+	ks               keychain.Store
+	identity         *pairing.Identity
+	grants           *pairing.Grants
+	auth             *pairing.Auth
+	pairer           *pairing.Pairer
+	registry         *nodes.Registry
+	deleg            *delegation // agents, outbound view, forward executor (agents.go)
+	recv             *receiving  // the receive folder and recent transfers (receive.go)
+	agent            *agent.Server
+	disc             *mesh.Discovery
+	listeners        *listenerSet
+	osEnv            string
+	controlToken     string
+	loopback         string // base URL of the loopback listener for the local owner (http)
+	loopbackTLS      string // the same listener for peers on this machine (https, pinned)
 
 	// work tracks requests in flight per grant, so pausing or revoking a
 	// grant ends them (endGrantWork).
@@ -215,10 +219,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("state dir: %w", err)
 		}
 	}
-	if n.grants, err = pairing.NewGrants(n.ks, n.log.With("pkg", "pairing")); err != nil {
+	// The observer from the start: the grants the load revokes (pairing
+	// grants whose token was never collected) are in the audit trail.
+	if n.grants, err = pairing.OpenGrants(n.ks, pairing.GrantsOptions{Logger: n.log.With("pkg", "pairing"), Observer: n.onTrustChange}); err != nil {
 		return fmt.Errorf("grants: %w", err)
 	}
-	n.grants.Observe(n.onTrustChange)
 	settings := n.settings.Get()
 
 	info, herr := host.Info()
@@ -762,8 +767,12 @@ func (n *Node) UpdateSettings(u ConfigUpdate) (Settings, error) {
 		if !p.Valid() {
 			return n.settings.Get(), badRequest("capability %q: approval %q: want ask, allow or deny", name, p)
 		}
+		was := n.registry.Policy(name)
 		if err := n.registry.SetPolicy(name, p); err != nil {
 			return n.settings.Get(), badRequest("%v", err)
+		}
+		if was != p {
+			n.auditCapabilityPolicy(name, was, p, actor{by: "owner", where: where})
 		}
 	}
 	st, err := n.settings.Update(func(s *Settings) {
@@ -849,18 +858,20 @@ func (n *Node) UpdateGrant(id string, u GrantUpdate) (_ GrantToken, err error) {
 			err = &noGrantError{id: clipID(id)}
 		}
 	}()
+	where, err := checkWhere(u.Where)
+	if err != nil {
+		return GrantToken{}, err
+	}
 	if u.Files != "" && u.Action == "" && u.Approval == "" {
 		if _, err := pairing.ParsePolicy(string(u.Files)); err != nil {
 			return GrantToken{}, badRequest("files_approval: %v", err)
 		}
-		return GrantToken{}, n.grants.SetFilesPolicy(id, u.Files)
+		return GrantToken{}, n.asOwner(changeKey(pairing.ChangeFilesPolicy, id), where, func() error {
+			return n.grants.SetFilesPolicy(id, u.Files)
+		})
 	}
 	if (u.Action == "") == (u.Approval == "") || u.Files != "" {
 		return GrantToken{}, badRequest(`give one of "action" (pause, resume, revoke, rotate), "approval" or "files_approval" (ask, allow, deny)`)
-	}
-	where, err := checkWhere(u.Where)
-	if err != nil {
-		return GrantToken{}, err
 	}
 	if u.Approval != "" {
 		if _, err := pairing.ParsePolicy(string(u.Approval)); err != nil {

@@ -344,7 +344,10 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 			return agent.Decision{Reason: reason}
 		}
 		if d.Always {
-			if err := n.grants.SetFilesPolicy(g.ID, pairing.PolicyAllow); err != nil {
+			err := n.asActor(changeKey(pairing.ChangeFilesPolicy, g.ID), actor{by: d.By, where: d.Where}, func() error {
+				return n.grants.SetFilesPolicy(g.ID, pairing.PolicyAllow)
+			})
+			if err != nil {
 				n.log.Warn("cannot set the grant's files policy to allow", "grant_id", g.ID, "err", err)
 			} else {
 				n.log.Info("files from this grant allowed by the owner", "grant_id", g.ID)

@@ -152,6 +152,14 @@ type Grants struct {
 	changes  notifier
 	observer atomic.Pointer[func(Change)] // Observe
 
+	// Changes are queued under wmu, in the order they took effect, and
+	// told to the observer after wmu is released (emitQueued), so a slow
+	// observer (an audit append on a stalled disk) holds up only the
+	// callers whose changes it records, never the writer lock.
+	qmu    sync.Mutex
+	queued []Change   // guarded by qmu
+	emitMu sync.Mutex // serialises the observer's calls
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -161,6 +169,22 @@ type Grants struct {
 // not decode is skipped with a warning (it is left in the keychain). A nil
 // logger discards.
 func NewGrants(ks keychain.Store, logger *slog.Logger) (*Grants, error) {
+	return OpenGrants(ks, GrantsOptions{Logger: logger})
+}
+
+// GrantsOptions configure OpenGrants.
+type GrantsOptions struct {
+	Logger *slog.Logger // nil discards
+	// Observer is set as by Observe before the grants load, so it is also
+	// told of the changes the load makes: each pairing grant whose token
+	// was never collected (the node stopped first) is revoked then
+	// (ChangeRevoked, Cause says so).
+	Observer func(Change)
+}
+
+// OpenGrants is NewGrants with options.
+func OpenGrants(ks keychain.Store, o GrantsOptions) (*Grants, error) {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -170,8 +194,11 @@ func NewGrants(ks keychain.Store, logger *slog.Logger) (*Grants, error) {
 		held: make(map[string]Held),
 		done: make(chan struct{}),
 	}
+	g.Observe(o.Observer)
 	g.grants.Store(&map[string]*grantEntry{})
-	if err := g.load(); err != nil {
+	err := g.load()
+	g.emitQueued() // the revocations load made, even when it then failed
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -210,6 +237,7 @@ func (g *Grants) load() error {
 				return fmt.Errorf("pairing: revoke uncollected grant %s: %w", rec.ID, err)
 			}
 			g.log.Warn("revoked a pairing grant whose token was never collected (the node stopped first)", "grant", rec.Grant)
+			g.queue(grantChange(ChangeRevoked, rec.Grant, "its token was never collected: the node stopped first"))
 			continue
 		}
 		e := &grantEntry{grant: rec.Grant, use: new(usage)}
@@ -257,6 +285,7 @@ func (g *Grants) Issue(req IssueRequest) (Grant, string, error) {
 	if err != nil {
 		return Grant{}, "", err
 	}
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -283,7 +312,7 @@ func (g *Grants) Issue(req IssueRequest) (Grant, string, error) {
 	if gr.Uncollected {
 		cause = "valid once the device collects its token"
 	}
-	g.emit(grantChange(ChangeIssued, gr, cause))
+	g.queue(grantChange(ChangeIssued, gr, cause))
 	return gr, token, nil
 }
 
@@ -460,6 +489,7 @@ func filesPolicy(p Policy) Policy {
 // restrictive(old, next) judges restrictive (computed here, under wmu) is
 // visible to Authenticate before the keychain write; others after it.
 func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mutate func(*Grant)) error {
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -477,6 +507,8 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 	restrictive := restrictiveFn(old.grant, ne.grant)
 	op := ChangePolicy
 	switch {
+	case ne.grant.Status == old.grant.Status && ne.grant.Policy == old.grant.Policy:
+		op = ChangeFilesPolicy
 	case ne.grant.Status == old.grant.Status:
 	case ne.grant.Status == StatusPaused:
 		op = ChangePaused
@@ -490,7 +522,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 	if err := g.saveLocked(ne); err != nil {
 		if restrictive {
 			g.log.Error("grant change applied in memory but not saved; it will be undone by a restart", "grant", ne.grant, "err", err)
-			g.emit(grantChange(op, ne.grant, "in effect until a restart: the keychain write failed"))
+			g.queue(grantChange(op, ne.grant, "in effect until a restart: the keychain write failed"))
 		}
 		return err
 	}
@@ -499,7 +531,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 		g.notify()
 	}
 	g.log.Info("grant changed", "grant", ne.grant, "policy", ne.grant.Policy)
-	g.emit(grantChange(op, ne.grant, ""))
+	g.queue(grantChange(op, ne.grant, ""))
 	return nil
 }
 
@@ -508,6 +540,7 @@ func (g *Grants) update(id string, restrictiveFn func(old, next Grant) bool, mut
 // ErrNoGrant when it is gone (revoked meanwhile); nil when it was not
 // uncollected.
 func (g *Grants) Collected(id string) error {
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -527,7 +560,7 @@ func (g *Grants) Collected(id string) error {
 	}
 	g.setLocked(ne)
 	g.notify()
-	g.emit(grantChange(ChangePaired, ne.grant, ""))
+	g.queue(grantChange(ChangePaired, ne.grant, ""))
 	return nil
 }
 
@@ -566,6 +599,7 @@ func (g *Grants) Revoke(id string) error { return g.revoke(id, "") }
 // revoke is Revoke, telling the observer why (cause; "" for the owner's
 // own revocation).
 func (g *Grants) revoke(id, cause string) error {
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -578,11 +612,11 @@ func (g *Grants) revoke(id, cause string) error {
 	g.notify()
 	if err := g.ks.Delete(grantKeyPrefix + id); err != nil && !errors.Is(err, keychain.ErrNotFound) {
 		g.log.Error("grant revoked in memory but not deleted from the keychain", "grant", e.grant, "err", err)
-		g.emit(grantChange(ChangeRevoked, e.grant, joinCause(cause, "in effect until a restart: the keychain delete failed")))
+		g.queue(grantChange(ChangeRevoked, e.grant, joinCause(cause, "in effect until a restart: the keychain delete failed")))
 		return fmt.Errorf("pairing: delete grant %s: %w", id, err)
 	}
 	g.log.Info("grant revoked", "grant", e.grant)
-	g.emit(grantChange(ChangeRevoked, e.grant, cause))
+	g.queue(grantChange(ChangeRevoked, e.grant, cause))
 	return nil
 }
 
@@ -613,6 +647,7 @@ func (g *Grants) RevokeOlder(peerID, keep string) ([]Grant, error) {
 // status and policy. A peer holding the old token must receive the new one
 // (see Client.Offer) or pair again.
 func (g *Grants) Rotate(id string) (string, error) {
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -630,7 +665,7 @@ func (g *Grants) Rotate(id string) (string, error) {
 	g.setLocked(ne)
 	g.notify()
 	g.log.Info("grant token rotated", "grant", ne.grant)
-	g.emit(grantChange(ChangeRotated, ne.grant, ""))
+	g.queue(grantChange(ChangeRotated, ne.grant, ""))
 	return token, nil
 }
 
@@ -662,6 +697,7 @@ func (g *Grants) putHeld(h Held, cause string) error {
 	if err != nil {
 		return err
 	}
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -675,7 +711,7 @@ func (g *Grants) putHeld(h Held, cause string) error {
 	g.mu.Unlock()
 	g.notify()
 	g.log.Info("held grant stored", "held", h)
-	g.emit(heldChange(ChangeHeld, h, cause))
+	g.queue(heldChange(ChangeHeld, h, cause))
 	return nil
 }
 
@@ -816,6 +852,7 @@ func (g *Grants) dropHeld(peerID, token, cause string) error {
 		return ErrNoHeld
 	}
 	key := id.String()
+	defer g.emitQueued() // after the unlock: the observer runs outside wmu
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	if g.closed {
@@ -834,7 +871,7 @@ func (g *Grants) dropHeld(peerID, token, cause string) error {
 		return ErrNoHeld
 	}
 	g.notify()
-	g.emit(heldChange(ChangeHeldDropped, h, cause))
+	g.queue(heldChange(ChangeHeldDropped, h, cause))
 	if err := g.ks.Delete(heldKeyPrefix + key); err != nil && !errors.Is(err, keychain.ErrNotFound) {
 		return fmt.Errorf("pairing: delete held grant: %w", err)
 	}

@@ -428,6 +428,7 @@ func (p *Pairer) Issuer() PeerInfo {
 // Start makes a new pairing code, valid CodeTTL, single use. At most 8
 // codes live at once; starting a ninth ends the oldest.
 func (p *Pairer) Start() (Session, error) {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	code := newCode()
 	now := p.o.Now()
 	p.mu.Lock()
@@ -541,6 +542,7 @@ func (p *Pairer) Claim(ctx context.Context, c ClaimRequest, from ClaimSource) (C
 
 // claim is Claim after the rate limit.
 func (p *Pairer) claim(ctx context.Context, c ClaimRequest, from ClaimSource) (ClaimResponse, error) {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	now := p.o.Now()
 	c, err := c.validate()
 	if err != nil {
@@ -674,6 +676,7 @@ func (p *Pairer) wrongAttemptLocked(key netip.Prefix) int {
 
 // Pending returns the requests waiting for a decision, oldest first.
 func (p *Pairer) Pending() []Request {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	now := p.o.Now()
 	p.mu.Lock()
 	p.sweepLocked(now)
@@ -697,6 +700,7 @@ func (p *Pairer) Pending() []Request {
 // (r.Expires passed), ErrDecided (the ID is known here), ErrBusy,
 // ErrInvalid (no ID or poll hash), ErrClosed.
 func (p *Pairer) Restore(r Request) error {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	now := p.o.Now()
 	if r.ID == "" || r.PollHash == ([32]byte{}) {
 		return fmt.Errorf("%w: a restored pairing request needs its ID and poll hash", ErrInvalid)
@@ -738,6 +742,7 @@ func (p *Pairer) Restore(r Request) error {
 // ErrClaimantAway for a restored request whose claimant has not polled
 // since). Nothing changes.
 func (p *Pairer) Approvable(id string) error {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	now := p.o.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -768,6 +773,7 @@ func (p *Pairer) Subscribe() (<-chan struct{}, func()) { return p.changes.subscr
 // ErrNoRequest, ErrDecided, ErrExpired, ErrInvalid (no scopes), keychain
 // errors from Issue.
 func (p *Pairer) Decide(id string, approve bool, scopes Scopes) (Grant, error) {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	now := p.o.Now()
 	p.mu.Lock()
 	p.sweepLocked(now)
@@ -866,6 +872,7 @@ func (r *pending) finish(s reqState, forgetAfter time.Time) {
 // poll tokens. A poll whose ctx has ended never takes the token: it stays
 // for the next poll (until the collection deadline).
 func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusResponse, error) {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	sum := sha256.Sum256([]byte(pollToken))
 	for waited := false; ; waited = true {
 		now := p.o.Now()
@@ -899,6 +906,7 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 			ch := r.changed
 			wait := min(p.o.MaxWait, r.req.Expires.Sub(now))
 			p.mu.Unlock()
+			p.o.Grants.emitQueued() // before the wait, not after it
 			t := time.NewTimer(wait)
 			select {
 			case <-ch:
@@ -946,7 +954,8 @@ func (p *Pairer) Status(ctx context.Context, id, pollToken string) (StatusRespon
 	}
 }
 
-// sweepLocked expires codes and requests at now; the caller holds mu.
+// sweepLocked expires codes and requests at now; the caller holds mu and
+// calls Grants.emitQueued once it released it (the expiries it queued).
 // Grants approved but not collected in time go to p.orphans, revoked by the
 // janitor (keychain I/O stays outside mu).
 func (p *Pairer) sweepLocked(now time.Time) {
@@ -959,7 +968,7 @@ func (p *Pairer) sweepLocked(now time.Time) {
 				r.finish(stateExpired, now.Add(p.o.RequestTTL))
 				changed = true
 				p.log.Info("pairing request expired undecided", "request", r.req)
-				p.o.Grants.emit(requestChange(ChangeExpired, r.req, "undecided"))
+				p.o.Grants.queue(requestChange(ChangeExpired, r.req, "undecided")) // told once the caller unlocked mu
 			}
 		case stateApproved:
 			if !now.Before(r.collectBy) {
@@ -998,6 +1007,7 @@ func (p *Pairer) janitor() {
 // revokeOrphans revokes grants whose token was never collected; with all,
 // also those still waiting for collection (at Close: nobody will collect).
 func (p *Pairer) revokeOrphans(all bool) {
+	defer p.o.Grants.emitQueued() // the expiries sweepLocked queued, after mu is released
 	p.mu.Lock()
 	p.sweepLocked(p.o.Now())
 	ids := p.orphans
