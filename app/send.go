@@ -48,13 +48,18 @@ func (n *Node) sendRoutes(mux *http.ServeMux) {
 		// the answer is the stream.
 		var stream *jsonout.Stream
 		var mu sync.Mutex
+		done := false // the result line went out: nothing may follow it
 		emit := func(ev SendEvent) {
 			mu.Lock()
 			defer mu.Unlock()
+			if done {
+				return
+			}
 			if stream == nil {
 				stream = jsonout.NewStream(w)
 			}
 			_ = stream.Send(ev)
+			done = ev.Type == SendEventResult
 		}
 		res, err := n.SendFiles(r.Context(), req, emit)
 		if err != nil && stream == nil {
@@ -219,9 +224,16 @@ func (s *sendRun) run(ctx context.Context) (SendResult, error) {
 	msg := a2a.NewMessage(a2a.MessageRoleUser, announceParts(m)...)
 
 	exchangeDone := make(chan error, 1)
+	exchanged := make(chan struct{})
 	xctx, stopExchange := context.WithCancel(ctx)
-	defer stopExchange()
-	go func() { exchangeDone <- s.sess.Exchange(xctx, msg, s.onEvent) }()
+	// The exchange reports through s.onEvent to the caller's emit: it must
+	// have returned before run does, or it writes to a stream whose
+	// handler is gone.
+	defer func() { stopExchange(); <-exchanged }()
+	go func() {
+		defer close(exchanged)
+		exchangeDone <- s.sess.Exchange(xctx, msg, s.onEvent)
+	}()
 
 	// Wait for the receiver to take the bytes, or for the task to end.
 	var xerr error
