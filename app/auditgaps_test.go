@@ -8,6 +8,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
 
 	"meshtray/app"
 	"meshtray/app/apptest"
@@ -136,4 +139,40 @@ func TestAuditPolicyChanges(t *testing.T) {
 	if c := countEntries(es, app.AuditEntry{Kind: "grant", GrantID: tok.ID}); c != 3 {
 		t.Errorf("%d entries of grant %s, want its issue, files policy and policy: %+v", c, tok.ID, es)
 	}
+}
+
+// TestAuditAlwaysAllowByItsDecider: "always allow" given with an approval
+// in the tray is the grant's policy change by the owner in the tray.
+func TestAuditAlwaysAllowByItsDecider(t *testing.T) {
+	n := ptStart(t, "alpha")
+	var tok app.GrantToken
+	ptJSON(t, n, &tok, "grant", "create", "--name", "script", "--scope", "agent", "--approval", "ask")
+	ptCLI(t, n, "a2a", "on")
+	ctx := context.Background()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := apptest.A2AClient(t, n.BaseURL, tok.Token).SendMessage(ctx, &a2a.MessageSendParams{Message: deviceInfoMessage()})
+		sent <- err
+	}()
+	var ap app.Approval
+	apptest.WaitFor(t, 30*time.Second, "the delegation's approval", func() bool {
+		for _, a := range pendingApprovals(t, n) {
+			if a.Kind == app.KindDelegation && a.GrantID == tok.ID {
+				ap = a
+				return true
+			}
+		}
+		return false
+	})
+	n.Client.Where = app.WhereTray
+	if err := n.Client.Decide(ctx, ap.ID, app.ApprovalDecision{Decision: app.DecisionApprove, Always: true}); err != nil {
+		t.Fatal(err)
+	}
+	n.Client.Where = ""
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	es := auditEntries(t, n, "--grant", tok.ID)
+	mustEntry(t, es, app.AuditEntry{Kind: "approval", Result: "approved", DecidedBy: "owner", DecidedVia: "tray"})
+	mustEntry(t, es, app.AuditEntry{Kind: "grant", Subject: "policy", Result: "allow", DecidedBy: "owner", DecidedVia: "tray"})
 }
