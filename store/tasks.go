@@ -248,7 +248,10 @@ func (s *Store) endLocked(m *taskMeta) int64 {
 // a terminal state. The caller holds s.idx.mu, so writes reach the queue in
 // the order they were admitted.
 func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (wait *op, err error) {
-	o := &op{fn: fn, durable: t.State.Terminal()}
+	o := &op{fn: fn}
+	if t.State.Terminal() {
+		o.sync = syncTask
+	}
 	if t.State.Terminal() || t.State.Interrupted() {
 		o.done = make(chan error, 1)
 		m.pending.Store(nil) // reads wait for the commits queued before
