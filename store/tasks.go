@@ -294,9 +294,9 @@ func (s *Store) endLocked(m *taskMeta) int64 {
 
 // taskWriteLocked queues an admitted task write: write-behind for submitted and
 // working (nothing was acknowledged that a restart must keep), committed
-// for input-required and auth-required (the caller was asked), synced for
-// a terminal state. The caller holds s.idx.mu, so writes reach the queue in
-// the order they were admitted.
+// for input-required and auth-required (the caller was asked), committed
+// for a terminal state too, and synced under DurableSync. The caller holds
+// s.idx.mu, so writes reach the queue in the order they were admitted.
 func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (wait *op, err error) {
 	o := &op{fn: fn}
 	if t.State.Terminal() {
@@ -378,7 +378,8 @@ func deleteEvicted(b *batch, ids []string) error {
 // returns once the write is admitted and queued, and the next group commit
 // (normally within a millisecond) carries it; reads see it at once.
 // Created input-required or auth-required, it returns once committed;
-// created terminal, once synced to the disk.
+// created terminal, once committed (and synced to the disk under
+// DurableSync).
 func (s *Store) CreateTask(ctx context.Context, t Task) error {
 	if err := s.checkTask(&t); err != nil {
 		return err
@@ -433,8 +434,8 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 // terminal state. Growing bytes may evict terminal tasks (ErrFull when
 // only live ones are left). Durability as for CreateTask, by t.State:
 // submitted and working are written behind, input-required and
-// auth-required committed, a terminal state synced to the disk before
-// UpdateTask returns. Errors: ErrNotFound, ErrTerminal, ErrTooBig, ErrFull,
+// auth-required committed, a terminal state committed (synced under
+// DurableSync) before UpdateTask returns. Errors: ErrNotFound, ErrTerminal, ErrTooBig, ErrFull,
 // ErrInvalid, ErrFailed, ErrClosed.
 func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	if t.Updated.IsZero() {
