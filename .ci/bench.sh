@@ -13,7 +13,7 @@ section() { printf '\n==== %s ====\n' "$1"; }
 section "A2A: meshtray over 0.3 and 1.0 vs a2a-go's a2asrv v0.3.15 and v2.3.1 (send, stream, memory)"
 go test -count=1 -run '^TestBenchReport$' -v ./a2a | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
 
-section "A2A: tasks in memory vs written through to SQLite (send p50 and req/s at c=1 and c=32, size after 10,000 tasks, start-up with 512)"
+section "A2A: tasks in memory vs written through to SQLite, sync=normal (default) and sync=full (send p50 and req/s at c=1 and c=32, size after 10,000 tasks, start-up with 512)"
 go test -count=1 -run '^TestBenchPersist$' -v -timeout 20m ./a2a | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$'
 
 section "A2A: one server, message/send over 0.3 vs SendMessage over 1.0, in process"

@@ -23,13 +23,16 @@ import (
 // memory and writes each change through: CreateTask once, then
 // UpdateTask, both with the whole task (the store admits the write
 // against its own bounds at once, then commits it: submitted and working
-// behind, an interrupted state committed, a terminal state synced to the
-// disk before the call returns; see package store). Flush waits for every
-// write queued so far, synced. Tasks is read once, by Restore.
+// behind, an interrupted or terminal state before the call returns, a
+// terminal one synced to the disk too per the store's Durability; see
+// package store). Commit waits for every write queued so far, committed
+// (a task whose id reaches its caller before the task settles); Flush for
+// every one, synced (a person's decision). Tasks is read once, by Restore.
 type TaskStore interface {
 	CreateTask(ctx context.Context, t store.Task) error
 	UpdateTask(ctx context.Context, t store.Task) error
 	Tasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error)
+	Commit(ctx context.Context) error
 	Flush(ctx context.Context) error
 }
 

@@ -2,6 +2,7 @@ package a2a
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -442,6 +443,74 @@ func TestStreamedTaskStoredBeforeItsID(t *testing.T) {
 		break
 	}
 	appr.next(t).answer <- Decision{Reason: "no"}
+}
+
+// TestEarlyTaskCommittedBeforeItsID: a non-blocking send's and a stream's
+// caller get the task id before the task settles; by then the task is
+// committed to the file (not only queued), so a kill -9 right after cannot
+// lose a task whose id was handed out. Another connection to the same file
+// holds SQLite's write lock meanwhile: the id must not come out before the
+// lock is let go and the commit made, and the row is in the file, read by
+// that other connection, when it does.
+func TestEarlyTaskCommittedBeforeItsID(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	appr := newManualApprover()
+	env := newEnv(t, Options{Store: db, Approver: appr})
+	raw, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ctx := context.Background()
+	for _, how := range []string{"non-blocking send", "stream"} {
+		conn, err := raw.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan a2a.TaskID, 1)
+		go func() {
+			if how == "stream" {
+				sctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				for ev, err := range env.client(t, tokA).SendStreamingMessage(sctx, &a2a.MessageSendParams{Message: userMsg("echo streamed")}) {
+					if err != nil {
+						t.Error(err)
+						got <- ""
+						return
+					}
+					got <- ev.TaskInfo().TaskID
+					return
+				}
+				return
+			}
+			got <- sendNonBlocking(t, env, tokA, userMsg("echo later")).ID
+		}()
+		select {
+		case id := <-got:
+			t.Fatalf("%s: task id %s handed out while the database could not commit it", how, id)
+		case <-time.After(500 * time.Millisecond):
+		}
+		if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		var id a2a.TaskID
+		select {
+		case id = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no task id once the database was free", how)
+		}
+		var state string
+		if err := raw.QueryRowContext(ctx, "SELECT state FROM tasks WHERE id = ?", string(id)).Scan(&state); err != nil || state != string(store.StateSubmitted) {
+			t.Fatalf("%s: task %s in the file when its id came out: %q %v", how, id, state, err)
+		}
+		appr.next(t).answer <- Decision{Reason: "no"}
+	}
 }
 
 // failingStore is a TaskStore double (in addition to the real store): its

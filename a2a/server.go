@@ -970,7 +970,8 @@ func (s *Server) begin(p *pairing.Principal, params *a2a.MessageSendParams, size
 	}
 	// A caller that gets the task id before the task settles (a stream,
 	// a non-blocking send) finds the task in the database after a
-	// restart; for a blocking send the id comes with the settled state,
+	// restart, a kill -9 included: it is committed before the id goes
+	// out. For a blocking send the id comes with the settled state,
 	// written then, so a short task costs one write.
 	early := stream || (params.Config != nil && params.Config.Blocking != nil && !*params.Config.Blocking)
 	if err := s.create(t, early); err != nil {
@@ -995,6 +996,12 @@ func (s *Server) create(t *task, early bool) error {
 	ok := true
 	if early {
 		ok = s.frozen.Load() || s.writeLocked(t)
+		if ok && !s.frozen.Load() {
+			if err := s.db.Commit(context.Background()); err != nil {
+				s.log.Error("task not committed to the database", "task", t.id, "err", err)
+				ok = false
+			}
+		}
 	} else {
 		s.persistLocked(t, false)
 	}

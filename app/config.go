@@ -53,6 +53,8 @@ type Config struct {
 	Nodes NodesConfig `toml:"nodes" json:"nodes"`
 	Files FilesConfig `toml:"files" json:"files"`
 	Audit AuditConfig `toml:"audit" json:"audit"`
+	// Database configures meshtray.db (the [database] table).
+	Database DatabaseConfig `toml:"database" json:"database"`
 
 	// ResetDatabase moves an unreadable database aside (kept as
 	// meshtray.db.corrupt-<time>) and starts with an empty one; only from
@@ -84,6 +86,18 @@ type AuditConfig struct {
 	MaxAge     Duration `toml:"max_age" json:"max_age"`         // default 8760h: 365 days (store.DefaultAuditMaxAge)
 }
 
+// DatabaseConfig configures the database (the [database] table).
+type DatabaseConfig struct {
+	// Sync is what a write acknowledging a task's end waits for: "normal"
+	// (the default: committed, so it survives a crash of meshtray; a
+	// power loss may lose the last seconds of task ends, the database
+	// stays consistent; decisions and audit entries are synced to the disk
+	// still) or "full" (every one synced to the disk first: it survives a
+	// power loss, at about a millisecond per write on a typical disk).
+	// See store.Durability.
+	Sync string `toml:"sync" json:"sync"`
+}
+
 // ForwardConfig relays approved incoming tasks to another A2A agent.
 type ForwardConfig struct {
 	URL   string `toml:"url" json:"url"`     // base URL of the upstream agent (its card is fetched)
@@ -110,6 +124,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("run_rules", len(c.Nodes.Run)),
 		slog.Int("audit_max_entries", c.Audit.MaxEntries),
 		slog.Duration("audit_max_age", c.Audit.MaxAge.Duration),
+		slog.String("database_sync", c.Database.Sync),
 	)
 }
 
@@ -237,6 +252,7 @@ func Defaults() Config {
 		ApprovalTimeout: Duration{120 * time.Second},
 		A2A:             A2AConfig{MaxTasks: 512, MaxLivePerGrant: 16},
 		Audit:           AuditConfig{MaxEntries: store.DefaultAuditMaxEntries, MaxAge: Duration{store.DefaultAuditMaxAge}},
+		Database:        DatabaseConfig{Sync: store.DurableNormal.String()},
 	}
 }
 
@@ -329,6 +345,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Files.Dir != "" && !filepath.IsAbs(c.Files.Dir) {
 		errs = append(errs, fmt.Errorf("files.dir %q must be an absolute path", c.Files.Dir))
+	}
+	if d, err := store.ParseDurability(c.Database.Sync); err != nil || d == store.DurableCommit {
+		errs = append(errs, fmt.Errorf("database.sync %q: want \"normal\" or \"full\"", c.Database.Sync))
 	}
 	if c.Audit.MaxEntries <= 0 || c.Audit.MaxAge.Duration <= 0 {
 		errs = append(errs, errors.New("audit.max_entries and audit.max_age must be positive"))

@@ -18,7 +18,7 @@ func TestLoadConfigFile(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "none", check: func(t *testing.T, c Config) {
-			if c.Port != DefaultPort || c.Keychain != KeychainOS || c.keychainFromFile {
+			if c.Port != DefaultPort || c.Keychain != KeychainOS || c.keychainFromFile || c.Database.Sync != "normal" {
 				t.Errorf("defaults changed: %+v", c)
 			}
 		}},
@@ -29,6 +29,8 @@ keychain = "file"
 approval_timeout = "30s"
 [a2a]
 max_tasks = 64
+[database]
+sync = "full"
 [a2a.forward]
 url = "http://127.0.0.1:9999"
 [[nodes.run]]
@@ -39,7 +41,7 @@ env = ["KUBECONFIG"]
 			if c.Port != 47700 || c.Name != "desk" || c.Keychain != KeychainFile || !c.keychainFromFile {
 				t.Errorf("got %+v", c)
 			}
-			if c.ApprovalTimeout.Duration != 30*time.Second || c.A2A.MaxTasks != 64 || c.A2A.MaxLivePerGrant != 16 {
+			if c.ApprovalTimeout.Duration != 30*time.Second || c.A2A.MaxTasks != 64 || c.A2A.MaxLivePerGrant != 16 || c.Database.Sync != "full" {
 				t.Errorf("got %+v", c)
 			}
 			if c.A2A.Forward.URL != "http://127.0.0.1:9999" || len(c.Nodes.Run) != 1 || c.Nodes.Run[0].Timeout.Duration != 5*time.Second {
@@ -96,8 +98,9 @@ func TestValidate(t *testing.T) {
 	c.LogLevel = "loud"
 	c.StateDir = " "
 	c.Name = "Evil\x1b[2J\nline"
+	c.Database.Sync = "off"
 	err := c.Validate()
-	for _, want := range []string{"port 70000", `keychain "vault"`, `log level "loud"`, "state dir is empty", "control or invisible characters"} {
+	for _, want := range []string{`database.sync "off"`, "port 70000", `keychain "vault"`, `log level "loud"`, "state dir is empty", "control or invisible characters"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}

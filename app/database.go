@@ -19,7 +19,12 @@ import (
 // (store.ErrNewerSchema).
 func openDatabase(cfg Config, log *slog.Logger) (*store.Store, error) {
 	path := filepath.Join(cfg.StateDir, store.DefaultFile)
+	sync, err := store.ParseDurability(cfg.Database.Sync)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
 	opts := store.Options{
+		Durability:      sync,
 		MaxTasks:        cfg.A2A.MaxTasks,
 		AuditMaxEntries: cfg.Audit.MaxEntries,
 		AuditMaxAge:     cfg.Audit.MaxAge.Duration,

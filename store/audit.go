@@ -502,6 +502,9 @@ func (s *Store) PruneAudit(ctx context.Context) (int64, error) {
 
 // pruneAudit runs pruneLocked in its own savepoint, when due.
 func (s *Store) pruneAudit(b *batch) error {
+	if !s.pruneDue(b.st) {
+		return nil // the common case: no statement at all
+	}
 	if _, err := b.exec("SAVEPOINT prune"); err != nil {
 		return err
 	}
@@ -524,6 +527,16 @@ func (s *Store) pruneAudit(b *batch) error {
 // Verify starts from it. Unless now, it waits for 1 % (at least one entry)
 // over the count bound, so pruning is a batch every so often, not a delete
 // per append.
+// pruneDue reports whether pruneLocked (not now) has anything to remove,
+// from the writer's counters alone.
+func (s *Store) pruneDue(st writerState) bool {
+	maxN := int64(s.opts.AuditMaxEntries)
+	if st.auditCount-maxN > max(maxN/100, 1) {
+		return true
+	}
+	return s.opts.AuditMaxAge > 0 && st.auditFirst != 0 && st.auditFirst < ns(s.now().Add(-s.opts.AuditMaxAge))
+}
+
 func (s *Store) pruneLocked(b *batch, now bool) error {
 	maxN := int64(s.opts.AuditMaxEntries)
 	slack := max(maxN/100, 1)

@@ -205,8 +205,8 @@ func TestBenchReport(t *testing.T) {
 		b    taskBackend
 	}{
 		{"memory map", newMemTasks(DefaultMaxTasks)},
-		{"sqlite, fsync", open("sync.db", DurableSync)},
-		{"sqlite, commit", open("commit.db", DurableCommit)},
+		{"sqlite, full", open("sync-full.db", DurableSync)},
+		{"sqlite, normal", open("normal.db", DurableNormal)},
 	}
 	cols := []string{}
 	for _, be := range backends {
@@ -270,8 +270,8 @@ func TestBenchReport(t *testing.T) {
 	}
 	printTable(t, fmt.Sprintf("Storage: task writes, %s, %d CPUs, %s", runtime.Version(), runtime.NumCPU(), runtime.GOARCH), cols, rows,
 		"(ratio = the column / memory map; latency lower is better, op/s and req/s higher is better.\n"+
-			" fsync: decisions and terminal states synced to the disk before they return (the default);\n"+
-			" commit: committed only (survives kill -9, not a power loss). Writes are group-committed.)\n")
+			" full (sync = \"full\"): terminal states synced to the disk before they return (survive a power loss);\n"+
+			" normal (the default): committed only (survive kill -9, not a power loss). Writes are group-committed.)\n")
 
 	// 3. Size after 10,000 tasks with the 512 bound, and 4. start-up time
 	// with a full store (512 tasks, the contexts, approvals, outbound and

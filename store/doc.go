@@ -27,19 +27,25 @@
 //
 // A write method returns after the transaction holding it committed, so
 // what it acknowledged survives a crash of the process (kill -9): SQLite's
-// WAL in the OS page cache is not lost with the process. Writes that
-// acknowledge a decision or a terminal state (a task, an outbound task or
-// an approval reaching its end; audit entries of every kind but capability
-// runs) are also synced to the disk before the method returns (PRAGMA
-// synchronous=FULL for that commit), so they survive a power loss too;
-// Options.Durability = DurableCommit skips that fsync. The one exception:
-// task writes in the submitted and working states acknowledge nothing a
-// restart must keep (a task that was running ends failed after one), so
-// they are written behind: admitted at once against the in-memory task
-// index (bounds, duplicates, owner, terminal state, with the errors a
-// caller needs), queued, and committed with the next batch; reads see them
-// at once, Flush waits for them, and a failed commit is never silent (every
-// later write and task read returns ErrFailed).
+// WAL in the OS page cache is not lost with the process, and with
+// synchronous=NORMAL the file stays consistent through a power loss too
+// (the last commits may be missing then, never half of one). Which commits
+// are also synced to the disk (PRAGMA synchronous=FULL for that commit, so
+// they survive a power loss) is Options.Durability: DurableNormal, the
+// default, syncs decisions (ResolveApproval, audit entries of every kind
+// but capability runs, Flush) and outbound tasks reaching their end, and
+// leaves incoming tasks' terminal states committed only (they are the hot
+// path: a millisecond of fsync per task on a typical disk); DurableSync
+// syncs those too; DurableCommit syncs nothing. Commit waits until every
+// write queued so far is committed (synced under DurableSync). The one
+// exception to "committed before it returns": task writes in the
+// submitted and working states acknowledge nothing a restart must keep (a
+// task that was running ends failed after one), so they are written
+// behind: admitted at once against the in-memory task index (bounds,
+// duplicates, owner, terminal state, with the errors a caller needs),
+// queued, and committed with the next batch; reads see them at once,
+// Commit and Flush wait for them, and a failed commit is never silent
+// (every later write and task read returns ErrFailed).
 //
 // Writes are group-committed on one connection: whoever holds the writer
 // lock (a caller finding it free, else the writer goroutine) drains the

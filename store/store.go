@@ -46,17 +46,54 @@ const (
 )
 
 // Durability says what a write acknowledging a decision or a terminal state
-// waits for.
+// waits for. Every mode commits such a write before it returns, and SQLite's
+// WAL (synchronous=NORMAL between syncs) keeps the database consistent
+// whatever happens; the modes differ in which commits are also synced to
+// the disk (fsync), that is, what survives a power loss or an OS crash and
+// not just a crash of the process (kill -9).
 type Durability int
 
 const (
-	// DurableSync (the default) syncs the WAL to the disk (fsync) before
-	// such a write returns: it survives a power loss.
-	DurableSync Durability = iota
-	// DurableCommit returns once the transaction committed: it survives a
-	// crash of the process, not of the machine.
+	// DurableNormal (the default, `[database] sync = "normal"`): decisions
+	// (approvals resolved, audit entries of decisions, Flush) and outbound
+	// tasks reaching their end are synced; incoming task states (a task
+	// ending, waiting for its caller) are committed only: they survive a
+	// crash of the process, and a power loss may lose the last ones (those
+	// of the last second or so, as the OS writes its page cache back).
+	DurableNormal Durability = iota
+	// DurableSync (`sync = "full"`): every decision and terminal state,
+	// incoming tasks' included, is synced before its write returns: it
+	// survives a power loss.
+	DurableSync
+	// DurableCommit syncs nothing (tests, benchmarks): every write survives
+	// a crash of the process, not of the machine.
 	DurableCommit
 )
+
+// ParseDurability reads the config file's names: "normal" (DurableNormal),
+// "full" (DurableSync) and "off" (DurableCommit); "" is DurableNormal.
+func ParseDurability(v string) (Durability, error) {
+	switch v {
+	case "", "normal":
+		return DurableNormal, nil
+	case "full":
+		return DurableSync, nil
+	case "off":
+		return DurableCommit, nil
+	}
+	return 0, fmt.Errorf("store: sync %q: want \"normal\", \"full\" or \"off\"", v)
+}
+
+// String is the config file's name of d.
+func (d Durability) String() string {
+	switch d {
+	case DurableSync:
+		return "full"
+	case DurableCommit:
+		return "off"
+	}
+	return "normal"
+}
 
 // Options configure Open. Zero values take the defaults above.
 type Options struct {
@@ -89,7 +126,7 @@ type Options struct {
 	// A negative AuditMaxAge keeps entries of any age.
 	AuditMaxEntries int
 	AuditMaxAge     time.Duration
-	// Durability of decisions and terminal states (default DurableSync).
+	// Durability of decisions and terminal states (default DurableNormal).
 	Durability Durability
 	// BusyTimeout is how long a statement waits for a lock another
 	// connection holds (default 5 s).

@@ -150,7 +150,23 @@ type taskIndex struct {
 	head  int
 	bytes int64 // history + artifact bytes of every stored task
 	seq   int64 // last ended_seq given
+	// evicted are tasks evicted from the index whose rows are still in the
+	// file (their bytes: evictedBytes); the write that brings them to
+	// evictChunk rows or evictBytes deletes them all (deferEvictedLocked).
+	evicted      map[string]bool
+	evictedBytes int64
 }
+
+// Evicted rows are deleted in chunks: rows that ended one after the other
+// share their b-tree pages, so one DELETE of many costs the WAL about the
+// pages of one, where a DELETE per new task writes them every time. The
+// file holds at most evictChunk-1 evicted rows and evictBytes of their
+// messages and artifacts beyond the bounds; nothing reads them (reads go
+// through the index), and Open deletes what a stop left.
+const (
+	evictChunk = 64
+	evictBytes = 1 << 20
+)
 
 type taskMeta struct {
 	id      string
@@ -186,7 +202,41 @@ func (s *Store) loadIndex(ctx context.Context) error {
 			s.idx.seq = max(s.idx.seq, m.ended)
 		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	return s.trimTasks(ctx)
+}
+
+// trimTasks deletes, at Open, the oldest terminal tasks beyond MaxTasks
+// and MaxStoredBytes: evicted rows a stop left in the file (evictChunk), or
+// a bound lowered since the last run.
+func (s *Store) trimTasks(ctx context.Context) error {
+	x := &s.idx
+	var ids []string
+	for len(x.byID) > s.opts.MaxTasks || x.bytes > s.opts.MaxStoredBytes {
+		if x.head >= len(x.ended) {
+			break // only live tasks left: kept
+		}
+		v := x.ended[x.head] // removeLocked moves head past the removed
+		s.removeLocked(v)
+		ids = append(ids, v.id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	tx, err := s.wc.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM tasks WHERE id = ?", id); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // victimsLocked returns the oldest terminal tasks to evict so that one
@@ -244,11 +294,14 @@ func (s *Store) endLocked(m *taskMeta) int64 {
 
 // taskWriteLocked queues an admitted task write: write-behind for submitted and
 // working (nothing was acknowledged that a restart must keep), committed
-// for input-required and auth-required (the caller was asked), synced for
-// a terminal state. The caller holds s.idx.mu, so writes reach the queue in
-// the order they were admitted.
+// for input-required and auth-required (the caller was asked), committed
+// for a terminal state too, and synced under DurableSync. The caller holds
+// s.idx.mu, so writes reach the queue in the order they were admitted.
 func (s *Store) taskWriteLocked(m *taskMeta, t *Task, fn func(b *batch) error) (wait *op, err error) {
-	o := &op{fn: fn, durable: t.State.Terminal()}
+	o := &op{fn: fn}
+	if t.State.Terminal() {
+		o.sync = syncTask
+	}
 	if t.State.Terminal() || t.State.Interrupted() {
 		o.done = make(chan error, 1)
 		m.pending.Store(nil) // reads wait for the commits queued before
@@ -279,6 +332,42 @@ func deleteVictims(b *batch, victims []*taskMeta) error {
 	return nil
 }
 
+// deferEvictedLocked books victims (already removed from the index) as
+// evicted and returns the ids whose rows the write must delete now: none
+// until evictChunk rows or evictBytes are waiting, then all of them; all of
+// them, too, when id (the task being created) is among them. The caller
+// holds s.idx.mu.
+func (s *Store) deferEvictedLocked(victims []*taskMeta, id string) []string {
+	x := &s.idx
+	if x.evicted == nil {
+		x.evicted = make(map[string]bool)
+	}
+	for _, v := range victims {
+		x.evicted[v.id] = true
+		x.evictedBytes += v.bytes
+	}
+	if len(x.evicted) < evictChunk && x.evictedBytes < evictBytes && !x.evicted[id] {
+		return nil
+	}
+	ids := make([]string, 0, len(x.evicted))
+	for id := range x.evicted {
+		ids = append(ids, id)
+	}
+	clear(x.evicted)
+	x.evictedBytes = 0
+	return ids
+}
+
+// deleteEvicted deletes the rows of ids.
+func deleteEvicted(b *batch, ids []string) error {
+	for _, id := range ids {
+		if _, err := b.exec("DELETE FROM tasks WHERE id = ?", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CreateTask stores a new task. To make room it evicts the oldest terminal
 // tasks (in the order they ended, like the in-memory store), never a live
 // one: with MaxTasks live tasks stored, or live tasks holding
@@ -289,7 +378,8 @@ func deleteVictims(b *batch, victims []*taskMeta) error {
 // returns once the write is admitted and queued, and the next group commit
 // (normally within a millisecond) carries it; reads see it at once.
 // Created input-required or auth-required, it returns once committed;
-// created terminal, once synced to the disk.
+// created terminal, once committed (and synced to the disk under
+// DurableSync).
 func (s *Store) CreateTask(ctx context.Context, t Task) error {
 	if err := s.checkTask(&t); err != nil {
 		return err
@@ -311,6 +401,7 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 	for _, v := range victims {
 		s.removeLocked(v)
 	}
+	gone := s.deferEvictedLocked(victims, t.ID)
 	m := &taskMeta{id: t.ID, owner: t.Owner, created: t.Created, bytes: t.bytes()}
 	s.idx.byID[t.ID] = m
 	s.idx.bytes += m.bytes
@@ -319,7 +410,7 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 		ended = s.endLocked(m)
 	}
 	wait, err := s.taskWriteLocked(m, &t, func(b *batch) error {
-		if err := deleteVictims(b, victims); err != nil {
+		if err := deleteEvicted(b, gone); err != nil {
 			return err
 		}
 		_, err := b.exec(`INSERT INTO tasks (id, owner, context_id, state, caller, via, summary, approved_summary,
@@ -343,8 +434,8 @@ func (s *Store) CreateTask(ctx context.Context, t Task) error {
 // terminal state. Growing bytes may evict terminal tasks (ErrFull when
 // only live ones are left). Durability as for CreateTask, by t.State:
 // submitted and working are written behind, input-required and
-// auth-required committed, a terminal state synced to the disk before
-// UpdateTask returns. Errors: ErrNotFound, ErrTerminal, ErrTooBig, ErrFull,
+// auth-required committed, a terminal state committed (synced under
+// DurableSync) before UpdateTask returns. Errors: ErrNotFound, ErrTerminal, ErrTooBig, ErrFull,
 // ErrInvalid, ErrFailed, ErrClosed.
 func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	if t.Updated.IsZero() {
@@ -376,6 +467,7 @@ func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 	for _, v := range victims {
 		s.removeLocked(v)
 	}
+	gone := s.deferEvictedLocked(victims, "")
 	s.idx.bytes += t.bytes() - m.bytes
 	m.bytes = t.bytes()
 	var ended any
@@ -383,7 +475,7 @@ func (s *Store) UpdateTask(ctx context.Context, t Task) error {
 		ended = s.endLocked(m)
 	}
 	wait, err := s.taskWriteLocked(m, &t, func(b *batch) error {
-		if err := deleteVictims(b, victims); err != nil {
+		if err := deleteEvicted(b, gone); err != nil {
 			return err
 		}
 		_, err := b.exec(`UPDATE tasks SET context_id = ?, state = ?, caller = ?, via = ?, summary = ?,
@@ -500,6 +592,9 @@ func (s *Store) Tasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 		if err != nil {
 			return nil, err
 		}
+		if !s.indexed(t.ID) {
+			continue // evicted, its row not deleted yet (evictChunk)
+		}
 		out = append(out, t)
 	}
 	return out, rows.Err()
@@ -510,8 +605,23 @@ func (s *Store) TaskCount(ctx context.Context) (total, live int, err error) {
 	if err := s.settle(ctx); err != nil {
 		return 0, 0, err
 	}
-	err = s.queryRow(ctx, "SELECT count(*), count(*) - count(ended_seq) FROM tasks").Scan(&total, &live)
-	return total, live, err
+	// From the index: the file may hold evicted rows (evictChunk).
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	for _, m := range s.idx.byID {
+		total++
+		if m.ended == 0 {
+			live++
+		}
+	}
+	return total, live, nil
+}
+
+// indexed reports whether task id is stored (in the index).
+func (s *Store) indexed(id string) bool {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	return s.idx.byID[id] != nil
 }
 
 // ContextLink maps a caller's context (Owner, ContextID) to the context an

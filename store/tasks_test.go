@@ -227,8 +227,88 @@ func TestGroupCommitIsolatesRefusedWrites(t *testing.T) {
 	if ok != 64 || total != 64 || ok+exists+full != 128 {
 		t.Fatalf("ok %d exists %d full %d stored %d", ok, exists, full, total)
 	}
-	if n := len(s.idx.byID); n != 64 {
-		t.Fatalf("the index counts %d tasks, the table %d", n, total)
+	var rows int
+	if err := s.db.QueryRow("SELECT count(*) FROM tasks").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.idx.byID); n != 64 || rows != 64 {
+		t.Fatalf("the index counts %d tasks, the table %d", n, rows)
+	}
+}
+
+// Evicted rows are deleted in chunks (evictChunk): reads never see them,
+// the file holds fewer than evictChunk of them beyond the bound, a task
+// created again under an evicted id replaces it, and Open deletes what a
+// stop left, oldest ended first.
+func TestTaskEvictionInChunks(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	const max = 8
+	s, err := Open(path, Options{MaxTasks: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := func(s *Store) int {
+		t.Helper()
+		var n int
+		if err := s.db.QueryRow("SELECT count(*) FROM tasks").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := max + evictChunk + evictChunk/2
+	for i := range n {
+		if err := s.CreateTask(ctx, Task{ID: fmt.Sprint("t", i), Owner: "g", State: StateCompleted}); err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.Tasks(ctx, TaskFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(i+1, max)
+		if total, _, _ := s.TaskCount(ctx); len(all) != want || total != want {
+			t.Fatalf("after %d tasks: Tasks %d, TaskCount %d, want %d", i+1, len(all), total, want)
+		}
+		if all[len(all)-1].ID != fmt.Sprint("t", i) || all[0].ID != fmt.Sprint("t", i+1-want) {
+			t.Fatalf("after %d tasks: %v", i+1, ids(all))
+		}
+		if r := rows(s); r < want || r >= max+evictChunk {
+			t.Fatalf("after %d tasks the table has %d rows, want %d..%d", i+1, r, want, max+evictChunk-1)
+		}
+	}
+	if r := rows(s); r != n-evictChunk {
+		t.Fatalf("table rows %d, want %d (one chunk deleted)", r, n-evictChunk)
+	}
+	if _, err := s.Task(ctx, "t0"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an evicted task read: %v", err)
+	}
+	// An id evicted with its row still in the file, created again: the new task.
+	gone := fmt.Sprint("t", n-max-1)
+	if err := s.CreateTask(ctx, Task{ID: gone, Owner: "h", State: StateCompleted, Summary: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Task(ctx, gone); err != nil || got.Owner != "h" || got.Summary != "again" {
+		t.Fatalf("created again: %+v %v", got, err)
+	}
+	if r := rows(s); r != max {
+		t.Fatalf("table rows %d after the chunk the new id forced, want %d", r, max)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "last", Owner: "g", State: StateCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Tasks(ctx, TaskFilter{})
+	s.Close()
+	s = openTest(t, path, Options{MaxTasks: max})
+	after, _ := s.Tasks(ctx, TaskFilter{})
+	if r := rows(s); r != max || !slices.Equal(ids(before), ids(after)) {
+		t.Fatalf("reopened: %d rows, tasks %v, want %d rows, %v", r, ids(after), max, ids(before))
+	}
+	// A lower bound at the next start trims the oldest ended.
+	s.Close()
+	s = openTest(t, path, Options{MaxTasks: 3})
+	after, _ = s.Tasks(ctx, TaskFilter{})
+	if r := rows(s); r != 3 || !slices.Equal(ids(after), ids(before)[max-3:]) {
+		t.Fatalf("reopened with 3: %d rows, %v", r, ids(after))
 	}
 }
 

@@ -11,19 +11,48 @@ import (
 // maxBatch bounds the writes one transaction carries.
 const maxBatch = 256
 
-// op is one write: fn runs inside the batch's transaction; durable asks
-// for the commit to be synced to the disk. A checked op (one that may
+// op is one write: fn runs inside the batch's transaction; sync says when
+// the commit carrying it is synced to the disk (syncFor). A checked op (one that may
 // refuse itself after changing rows) runs in its own SAVEPOINT; an
 // unchecked op was admitted before it was queued (the task index), so its
 // failure is the database's and fails the batch. done is nil for a
 // write-behind op.
 type op struct {
 	fn      func(b *batch) error
-	durable bool
+	sync    syncLevel
 	checked bool
 	done    chan error
 	// committed, if set, runs after the commit that carried the op.
 	committed func()
+}
+
+// syncLevel is what an op asks of its commit.
+type syncLevel uint8
+
+const (
+	syncNone     syncLevel = iota // committed (write-behind, or nothing acknowledged that a power loss must keep)
+	syncTask                      // an incoming task's terminal state: synced with DurableSync only
+	syncDecision                  // a decision: synced unless DurableCommit
+)
+
+// syncFor reports whether a commit carrying an op of level l is synced
+// under d.
+func syncFor(l syncLevel, d Durability) bool {
+	switch l {
+	case syncTask:
+		return d == DurableSync
+	case syncDecision:
+		return d != DurableCommit
+	}
+	return false
+}
+
+// level is the syncLevel of a checked write: durable ones are decisions.
+func level(durable bool) syncLevel {
+	if durable {
+		return syncDecision
+	}
+	return syncNone
 }
 
 // batch is the transaction a group of writes shares, and the copy of the
@@ -106,7 +135,7 @@ func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Ro
 // committed (or failed). Once queued, the write is carried out even if ctx
 // ends; ctx only bounds the wait for room in the queue.
 func (s *Store) write(ctx context.Context, durable bool, fn func(b *batch) error) error {
-	o := &op{fn: fn, durable: durable, checked: true, done: make(chan error, 1)}
+	o := &op{fn: fn, sync: level(durable), checked: true, done: make(chan error, 1)}
 	if err := s.enqueue(ctx, o); err != nil {
 		return err
 	}
@@ -228,7 +257,19 @@ func (s *Store) settle(ctx context.Context) error {
 // Flush waits until every write queued so far, write-behind ones included,
 // is committed.
 func (s *Store) Flush(ctx context.Context) error {
-	o := &op{fn: func(*batch) error { return nil }, durable: true, done: make(chan error, 1)}
+	o := &op{fn: func(*batch) error { return nil }, sync: syncDecision, done: make(chan error, 1)}
+	if err := s.enqueue(ctx, o); err != nil {
+		return err
+	}
+	return s.await(o)
+}
+
+// Commit waits until every write queued so far, write-behind ones
+// included, is committed: it survives a crash of the process from then on.
+// Under DurableSync the commit is also synced, as an incoming task's
+// terminal state is (the engine hands out a task's id once it returns).
+func (s *Store) Commit(ctx context.Context) error {
+	o := &op{fn: func(*batch) error { return nil }, sync: syncTask, done: make(chan error, 1)}
 	if err := s.enqueue(ctx, o); err != nil {
 		return err
 	}
@@ -305,9 +346,8 @@ func (s *Store) runBatch(ops []*op) {
 	ctx := context.Background()
 	durable := false
 	for _, o := range ops {
-		durable = durable || o.durable
+		durable = durable || syncFor(o.sync, s.opts.Durability)
 	}
-	durable = durable && s.opts.Durability == DurableSync
 	errs := make([]error, len(ops))
 	answer := func(o *op, err error) {
 		if o.done != nil {
