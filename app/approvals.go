@@ -218,8 +218,8 @@ func newApprovalID() string {
 // request is stored before Post returns (its error then refuses it).
 //
 // A delegation or file transfer whose a.TaskID is a restored row's task
-// takes that row back: the same id and Created, and a.Expires (the
-// engine's deadline) or else the row's.
+// takes that row back: the same id and Created, a.Expires (the engine's
+// deadline) or else the row's, and the row's address when a has none.
 func (q *Approvals) Post(a Approval, onDecide func(ApprovalDecision)) (string, error) {
 	return q.post(a, nil, func(d ApprovalDecision) error { onDecide(d); return nil })
 }
@@ -244,6 +244,11 @@ func (q *Approvals) post(a Approval, r *pairing.Request, onDecide func(ApprovalD
 			a.ID, a.Created, a.Restored = r.a.ID, r.a.Created, true
 			if a.Expires.IsZero() {
 				a.Expires = r.a.Expires
+			}
+			// Where the request came from is the row's: the engine's
+			// restored caller knows only its grant and listener.
+			if a.Addr == "" && a.TailnetUser == "" && a.TailnetNode == "" {
+				a.Addr, a.TailnetUser, a.TailnetNode = r.a.Addr, r.a.TailnetUser, r.a.TailnetNode
 			}
 			p := &pendingApproval{a: a, onDecide: onDecide, ready: true}
 			q.queueLocked(p)

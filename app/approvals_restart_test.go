@@ -660,3 +660,32 @@ func TestRestoredApprovalDecidedByPolicyIsDecidedOnce(t *testing.T) {
 		t.Fatalf("approval rows left after the decision: %+v %v", rows, err)
 	}
 }
+
+// TestRestoredApprovalKeepsWhereItCameFrom: a delegation listed again after
+// a kill -9 still shows the address it came from (the popup's "via"
+// line), as kept in its row, not only the listener.
+func TestRestoredApprovalKeepsWhereItCameFrom(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file"})
+	dir := n.StateDir
+	n.CLI("a2a", "on")
+	_, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+	first := sendWaiting(t, n, token, 0)
+	if first.Addr == "" {
+		t.Fatalf("the request before the restart has no address: %+v", first)
+	}
+	kill9(t, n)
+
+	n = apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file"})
+	var again []app.Approval
+	apptest.WaitFor(t, 20*time.Second, "the request listed again", func() bool {
+		again = pendingApprovals(t, n)
+		return len(again) == 1
+	})
+	if again[0].ID != first.ID || again[0].Via != first.Via || again[0].Addr != first.Addr {
+		t.Fatalf("after the restart: id %s via %q addr %q; before: id %s via %q addr %q",
+			again[0].ID, again[0].Via, again[0].Addr, first.ID, first.Via, first.Addr)
+	}
+	if r := ptCLI(t, n, "approvals"); !strings.Contains(r.Stdout, "loopback "+first.Addr) {
+		t.Fatalf("meshtray approvals after the restart does not say where the request came from:\n%s", r.Stdout)
+	}
+}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -175,12 +176,10 @@ func parseAuditQuery(r *http.Request) (store.Filter, error) {
 	}
 	f.GrantID = q.Get("grant")
 	if k := q.Get("kind"); k != "" {
-		switch kind := store.Kind(k); kind {
-		case store.KindApproval, store.KindCapability, store.KindGrant, store.KindPairing, store.KindA2A, store.KindLAN:
-			f.Kind = kind
-		default:
-			return f, badRequest("kind %q: want approval, capability, grant, pairing, a2a or lan", clipID(k))
+		if err := CheckAuditKind(k); err != nil {
+			return f, badRequest("%s", err.Error())
 		}
+		f.Kind = store.Kind(k)
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -504,4 +503,15 @@ func (n *Node) onTrustChange(c pairing.Change) {
 	}
 	e.Params = strings.Join(details, "; ")
 	n.audit(e)
+}
+
+// CheckAuditKind refuses k unless it is a kind of audit entry (approval,
+// capability, grant, pairing, a2a, lan): the filter of GET /audit and of
+// `meshtray audit --kind`.
+func CheckAuditKind(k string) error {
+	switch store.Kind(k) {
+	case store.KindApproval, store.KindCapability, store.KindGrant, store.KindPairing, store.KindA2A, store.KindLAN:
+		return nil
+	}
+	return fmt.Errorf("kind %q: want approval, capability, grant, pairing, a2a or lan", clipID(k))
 }

@@ -355,3 +355,17 @@ func TestAuditRetention(t *testing.T) {
 		t.Fatalf("max_age 0: exit %d %s", r.Code, r.Stderr)
 	}
 }
+
+// TestAuditBadKindIsAUsageError: an unknown --kind is a usage error (exit
+// 2, naming the kinds), like a bad --since or --limit, not a failure of
+// the node.
+func TestAuditBadKindIsAUsageError(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file"})
+	r := n.CLI("audit", "--kind", "bogus")
+	if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "approval, capability, grant, pairing, a2a or lan") {
+		t.Fatalf("audit --kind bogus: exit %d %s", r.Code, r.Stderr)
+	}
+	if r := n.CLI("audit", "--kind", "grant"); r.Code != 0 {
+		t.Fatalf("audit --kind grant: exit %d %s", r.Code, r.Stderr)
+	}
+}

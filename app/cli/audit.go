@@ -63,6 +63,11 @@ How long entries are kept: [audit] max_entries (100000) and max_age
 				}
 				q.Since = t
 			}
+			if kind != "" {
+				if err := app.CheckAuditKind(kind); err != nil {
+					return usageError{fmt.Errorf("--%w", err)}
+				}
+			}
 			if limit <= 0 || limit > 10000 {
 				return usageError{fmt.Errorf("--limit %d: want 1 to 10000", limit)}
 			}
