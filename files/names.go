@@ -120,12 +120,20 @@ func reservedName(c string) bool {
 
 // numbered returns the k-th alternative of a taken base name, the way
 // browsers number downloads: "report.pdf" -> "report (1).pdf"; a name
-// without a stem (".bashrc") or extension gets the number at its end.
+// without a stem (".bashrc") or extension gets the number at its end. The
+// result stays within maxComponentLen bytes (a longer name is ENAMETOOLONG
+// on every file system): the stem is shortened at a rune boundary, and an
+// extension too long to keep counts as part of the stem.
 func numbered(base string, k int) string {
 	ext := path.Ext(base)
 	stem := strings.TrimSuffix(base, ext)
-	if stem == "" {
+	num := fmt.Sprintf(" (%d)", k)
+	if stem == "" || len(num)+len(ext) >= maxComponentLen {
 		stem, ext = base, ""
 	}
-	return fmt.Sprintf("%s (%d)%s", stem, k, ext)
+	for len(stem)+len(num)+len(ext) > maxComponentLen {
+		_, n := utf8.DecodeLastRuneInString(stem)
+		stem = stem[:len(stem)-n]
+	}
+	return stem + num + ext
 }

@@ -50,16 +50,28 @@ func Sources(paths ...string) ([]Source, error) {
 		}
 		base := filepath.Base(filepath.Clean(p))
 		if !fi.IsDir() {
+			// A FIFO would block the open, a device (/dev/zero) never
+			// ends: only regular files are read.
+			if !fi.Mode().IsRegular() {
+				return nil, fmt.Errorf("%s: not a regular file or folder (%s)", p, fi.Mode().Type())
+			}
 			if err := add(p, base); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		err = filepath.WalkDir(p, func(local string, d fs.DirEntry, err error) error {
+		// A folder named through a symlink is walked at its target
+		// (WalkDir does not follow a symlink root); links inside it are
+		// still skipped.
+		root, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, err
+		}
+		err = filepath.WalkDir(root, func(local string, d fs.DirEntry, err error) error {
 			if err != nil || !d.Type().IsRegular() {
 				return err
 			}
-			rel, err := filepath.Rel(p, local)
+			rel, err := filepath.Rel(root, local)
 			if err != nil {
 				return err
 			}
@@ -78,6 +90,13 @@ func entryOf(local, rel string) (Entry, error) {
 		return Entry{}, err
 	}
 	defer f.Close()
+	// Swapped for something else since it was listed: never hash a
+	// device or a pipe.
+	if fi, err := f.Stat(); err != nil {
+		return Entry{}, err
+	} else if !fi.Mode().IsRegular() {
+		return Entry{}, fmt.Errorf("%s: not a regular file (%s)", local, fi.Mode().Type())
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
