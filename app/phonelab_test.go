@@ -350,13 +350,23 @@ func (n *phNode) Command(ctx context.Context, args ...string) *exec.Cmd {
 // CLI runs `meshtray args...` against the node and returns its result.
 func (n *phNode) CLI(args ...string) apptest.Result {
 	n.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return n.CLIWithin(time.Minute, args...)
+}
+
+// CLIWithin is CLI with the time limit d (then the command is killed and
+// the test fails).
+func (n *phNode) CLIWithin(d time.Duration, args ...string) apptest.Result {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := n.Command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	code := 0
+	if ctx.Err() != nil {
+		n.t.Fatalf("meshtray %v: still running after %v, killed\nstdout:\n%s\nstderr:\n%s", args, d, out.String(), errb.String())
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {

@@ -234,10 +234,24 @@ func (n *Node) CLI(args ...string) Result {
 	return RunCLI(n.t, nil, append(args, "--state-dir", n.StateDir)...)
 }
 
-// RunCLI runs `meshtray args...` with extra env.
+// CLIWithin is CLI for a command that may run longer than a minute: it
+// is killed, and the test fails, after d.
+func (n *Node) CLIWithin(d time.Duration, args ...string) Result {
+	n.t.Helper()
+	return RunCLIWithin(n.t, d, nil, append(args, "--state-dir", n.StateDir)...)
+}
+
+// RunCLI runs `meshtray args...` with extra env; the command is killed,
+// and the test fails, after a minute.
 func RunCLI(t testing.TB, env []string, args ...string) Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return RunCLIWithin(t, time.Minute, env, args...)
+}
+
+// RunCLIWithin is RunCLI with the time limit d.
+func RunCLIWithin(t testing.TB, d time.Duration, env []string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := Command(ctx, env, args...)
 	var out, errb bytes.Buffer
@@ -246,6 +260,8 @@ func RunCLI(t testing.TB, env []string, args ...string) Result {
 	code := 0
 	var ee *exec.ExitError
 	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("meshtray %v: still running after %v, killed\nstdout:\n%s\nstderr:\n%s", args, d, out.String(), errb.String())
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	case err != nil:
