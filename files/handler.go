@@ -17,8 +17,9 @@ import (
 // Prefix is where Handler serves: /files/{transfer}[/{index}].
 const Prefix = "/files/"
 
-// bufSize is the copy buffer of one running PUT: what a receiver holds per
-// upload beyond the kernel's buffers.
+// bufSize is the size of one copy buffer; a running PUT holds pipeBufs of
+// them (hashPipe): what a receiver holds per upload beyond the kernel's
+// buffers.
 const bufSize = 256 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
@@ -218,9 +219,15 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 
 	rc := http.NewResponseController(w)
 	idle := h.r.limits.IdleTimeout
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
+	// Reading and writing here, hashing in the pipe's goroutine: SHA-256
+	// is the slowest stage and gets a core of its own.
+	pipe := newHashPipe(f.h)
+	waited := false
+	defer func() {
+		if !waited {
+			pipe.wait()
+		}
+	}()
 	var got int64
 	var rerr error
 	// A cancel or a failure elsewhere wakes a Read blocked on a stalled
@@ -238,6 +245,8 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 		// Fill the buffer (a TLS read yields one record, at most 16 KiB)
 		// so each write and hash call takes 256 KiB; the idle deadline is
 		// pushed at most once a second.
+		bp := pipe.next()
+		buf := *bp
 		n := len(buf)
 		if rem := want - got; rem < int64(n) {
 			n = int(rem)
@@ -249,6 +258,7 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 				lastDeadline = now
 				select {
 				case <-t.done:
+					pipe.submit(bp, 0)
 					return nil, t.ended()
 				default:
 				}
@@ -264,12 +274,15 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 		}
 		if m > 0 {
 			if _, werr := f.f.Write(buf[:m]); werr != nil {
+				pipe.submit(bp, 0)
 				return nil, h.writeFailed(t, f, werr)
 			}
-			f.h.Write(buf[:m])
 			got += int64(m)
 		}
+		pipe.submit(bp, m)
 	}
+	pipe.wait() // f.h now holds every byte written
+	waited = true
 	if rerr == nil {
 		// Anything beyond the range is a lie about the size.
 		var one [1]byte

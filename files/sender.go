@@ -30,19 +30,13 @@ type Source struct {
 }
 
 // Sources builds the sources for paths, hashing every file (one read of
-// each). A file is sent under its base name; a folder as its regular files,
-// each under "folder/relative/path" (symlinks and special files are
-// skipped). Media types come from the extension (mime.TypeByExtension).
+// each; up to hashWorkers files at once, each read ahead of its hash). A
+// file is sent under its base name; a folder as its regular files, each
+// under "folder/relative/path" (symlinks and special files are skipped).
+// Media types come from the extension (mime.TypeByExtension).
 func Sources(paths ...string) ([]Source, error) {
-	var out []Source
-	add := func(local, rel string) error {
-		e, err := entryOf(local, rel)
-		if err != nil {
-			return err
-		}
-		out = append(out, Source{Entry: e, Path: local})
-		return nil
-	}
+	type job struct{ local, rel string }
+	var jobs []job
 	for _, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
@@ -55,9 +49,7 @@ func Sources(paths ...string) ([]Source, error) {
 			if !fi.Mode().IsRegular() {
 				return nil, fmt.Errorf("%s: not a regular file or folder (%s)", p, fi.Mode().Type())
 			}
-			if err := add(p, base); err != nil {
-				return nil, err
-			}
+			jobs = append(jobs, job{p, base})
 			continue
 		}
 		// A folder named through a symlink is walked at its target
@@ -75,14 +67,41 @@ func Sources(paths ...string) ([]Source, error) {
 			if err != nil {
 				return err
 			}
-			return add(local, base+"/"+filepath.ToSlash(rel))
+			jobs = append(jobs, job{local, base + "/" + filepath.ToSlash(rel)})
+			return nil
 		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Source, len(jobs))
+	errs := make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(hashWorkers, len(jobs)) {
+		wg.Go(func() {
+			for i := range next {
+				e, err := entryOf(jobs[i].local, jobs[i].rel)
+				out[i], errs[i] = Source{Entry: e, Path: jobs[i].local}, err
+			}
+		})
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
+
+// hashWorkers is how many files Sources hashes at once: SHA-256 is
+// CPU-bound, so one per core of a laptop's usual two or more.
+const hashWorkers = 2
 
 func entryOf(local, rel string) (Entry, error) {
 	f, err := os.Open(local)
@@ -98,7 +117,7 @@ func entryOf(local, rel string) (Entry, error) {
 		return Entry{}, fmt.Errorf("%s: not a regular file (%s)", local, fi.Mode().Type())
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := hashReader(h, f)
 	if err != nil {
 		return Entry{}, err
 	}
