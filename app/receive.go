@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/dustin/go-humanize"
 
 	agent "meshtray/a2a"
 	"meshtray/files"
@@ -228,9 +229,9 @@ func (x transferExecutor) Summarize(p *pairing.Principal, msg *a2a.Message) stri
 func transferSummary(m files.Manifest) string {
 	var b strings.Builder
 	if len(m.Files) == 1 {
-		fmt.Fprintf(&b, "send 1 file (%s): ", humanBytes(m.Total()))
+		fmt.Fprintf(&b, "send 1 file (%s): ", humanize.IBytes(uint64(m.Total())))
 	} else {
-		fmt.Fprintf(&b, "send %d files (%s): ", len(m.Files), humanBytes(m.Total()))
+		fmt.Fprintf(&b, "send %d files (%s): ", len(m.Files), humanize.IBytes(uint64(m.Total())))
 	}
 	for i, e := range m.Files {
 		if i > 0 {
@@ -243,20 +244,6 @@ func transferSummary(m files.Manifest) string {
 		b.WriteString(e.Path)
 	}
 	return nodes.BoundSummary(b.String())
-}
-
-// humanBytes writes n bytes in IEC units ("1.5 GiB").
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // Execute implements agent.Executor.
@@ -412,7 +399,7 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 		}
 	}
 	m := in.manifest
-	ex.Working(fmt.Sprintf("receiving %d file(s), %s, into %s", len(m.Files), humanBytes(m.Total()), recv.Dir()))
+	ex.Working(fmt.Sprintf("receiving %d file(s), %s, into %s", len(m.Files), humanize.IBytes(uint64(m.Total())), recv.Dir()))
 	res, err := n.waitTransfer(ctx, tr)
 	if ctx.Err() != nil {
 		tr.Cancel()

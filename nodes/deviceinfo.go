@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/shirou/gopsutil/v3/cpu"
 	"github.com/shirou/gopsutil/v3/host"
 	"github.com/shirou/gopsutil/v3/mem"
@@ -238,24 +239,11 @@ func (f *hostFacts) currentSample(ctx context.Context) (*sample, error) {
 func (d DeviceInfo) summary() string {
 	s := fmt.Sprintf("%s: %s, up %s, %d CPUs, memory %s of %s used",
 		d.Hostname, d.OS, (time.Duration(d.UptimeS) * time.Second).String(), d.CPUCount,
-		humanBytes(d.MemoryUsedBytes), humanBytes(d.MemoryTotalBytes))
+		humanize.IBytes(uint64(d.MemoryUsedBytes)), humanize.IBytes(uint64(d.MemoryTotalBytes)))
 	for _, b := range d.Batteries {
 		if b.Percent != nil {
 			s += fmt.Sprintf(", %s %d%%", b.Name, *b.Percent)
 		}
 	}
 	return s
-}
-
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"meshtray/app"
@@ -136,12 +137,12 @@ func (c *cli) printApprovalBody(a app.Approval) {
 	}
 	if a.Kind == app.KindFiles {
 		for _, f := range a.Files {
-			fmt.Fprintf(out, "  file:     %s (%s)\n", oneLine(f.Path, 200), humanSize(f.Size))
+			fmt.Fprintf(out, "  file:     %s (%s)\n", oneLine(f.Path, 200), humanize.IBytes(uint64(f.Size)))
 		}
 		if a.FilesMore > 0 {
 			fmt.Fprintf(out, "  file:     … and %d more (--json lists the first %d)\n", a.FilesMore, len(a.Files))
 		}
-		fmt.Fprintf(out, "  total:    %s, saved in %s\n", humanSize(a.TotalSize), oneLine(a.Dir, 300))
+		fmt.Fprintf(out, "  total:    %s, saved in %s\n", humanize.IBytes(uint64(a.TotalSize)), oneLine(a.Dir, 300))
 	}
 	if a.SAS != "" {
 		fmt.Fprintf(out, "  code:     %s (must match the other screen)\n", spacedSAS(a.SAS))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -110,23 +111,9 @@ func (c *cli) printSendResult(res app.SendResult) {
 	fmt.Fprintf(c.opts.Stdout, "saved in %s:\n", oneLine(res.Dir, 300))
 	w := c.table()
 	for _, f := range res.Files {
-		fmt.Fprintf(w, "  %s\t%s\t%s\n", oneLine(f.Path, 200), humanSize(f.Size), f.SHA256)
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", oneLine(f.Path, 200), humanize.IBytes(uint64(f.Size)), f.SHA256)
 	}
 	w.Flush()
-}
-
-// humanSize writes n bytes in IEC units.
-func humanSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // sendPrinter shows a transfer's progress on stderr: on a terminal a
@@ -210,7 +197,7 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		if !p.tty {
 			if done {
 				p.finished[ev.File] = true
-				fmt.Fprintf(p.w, "sent %s (%s), %s of %s\n", oneLine(ev.Path, 200), humanSize(ev.Size), humanSize(ev.TotalDone), humanSize(ev.Total))
+				fmt.Fprintf(p.w, "sent %s (%s), %s of %s\n", oneLine(ev.Path, 200), humanize.IBytes(uint64(ev.Size)), humanize.IBytes(uint64(ev.TotalDone)), humanize.IBytes(uint64(ev.Total)))
 			}
 			return
 		}
@@ -225,7 +212,7 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 				b.Set64(ev.Done)
 				fmt.Fprintln(p.w, barLine(b))
 			} else {
-				fmt.Fprintf(p.w, "%s %s\n", padDesc(ev.Path), humanSize(ev.Size))
+				fmt.Fprintf(p.w, "%s %s\n", padDesc(ev.Path), humanize.IBytes(uint64(ev.Size)))
 			}
 			p.dropLocked(ev.File)
 			p.drawLocked(true)

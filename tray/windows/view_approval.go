@@ -10,6 +10,7 @@ import (
 	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
+	"github.com/dustin/go-humanize"
 
 	"meshtray/app"
 	"meshtray/pairing"
@@ -351,7 +352,7 @@ func escapeLines(s string) string { return textsafe.EscapeInvisibleText(s) }
 func filesText(a app.Approval) string {
 	var b strings.Builder
 	for _, f := range a.Files {
-		fmt.Fprintf(&b, "%s  (%s)\n", textsafe.EscapeInvisible(f.Path), sizeText(f.Size))
+		fmt.Fprintf(&b, "%s  (%s)\n", textsafe.EscapeInvisible(f.Path), humanize.IBytes(uint64(f.Size)))
 	}
 	if a.FilesMore > 0 {
 		fmt.Fprintf(&b, "… and %d more\n", a.FilesMore)
@@ -361,20 +362,6 @@ func filesText(a app.Approval) string {
 	if n == 1 {
 		noun = "file"
 	}
-	fmt.Fprintf(&b, "\n%d %s, %s in all\nSaved in %s", n, noun, sizeText(a.TotalSize), textsafe.EscapeInvisible(a.Dir))
+	fmt.Fprintf(&b, "\n%d %s, %s in all\nSaved in %s", n, noun, humanize.IBytes(uint64(a.TotalSize)), textsafe.EscapeInvisible(a.Dir))
 	return b.String()
-}
-
-// sizeText writes n bytes in IEC units ("1.5 GiB").
-func sizeText(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -15,6 +15,7 @@ import (
 	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
+	"github.com/dustin/go-humanize"
 
 	"meshtray/app"
 	"meshtray/mesh"
@@ -151,7 +152,7 @@ func (v *sendView) event(ev app.SendEvent) {
 	case app.SendEventProgress:
 		if ev.Total > 0 {
 			v.total.SetValue(float64(ev.TotalDone) / float64(ev.Total))
-			v.totalTxt.SetText(fmt.Sprintf("%s of %s", humanBytes(ev.TotalDone), humanBytes(ev.Total)))
+			v.totalTxt.SetText(fmt.Sprintf("%s of %s", humanize.IBytes(uint64(ev.TotalDone)), humanize.IBytes(uint64(ev.Total))))
 			v.totalTxt.Show()
 		}
 		bar, ok := v.bars[ev.File]
@@ -247,20 +248,6 @@ func sentence(msg string) string {
 		r = append(r, '.')
 	}
 	return string(r)
-}
-
-// humanBytes is n in B, KB, MB, GB (powers of 1024).
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 3; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "KMGT"[exp])
 }
 
 // droppedPaths are the local paths of dropped items (file: URIs only).

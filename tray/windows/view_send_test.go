@@ -28,11 +28,3 @@ func TestDroppedPaths(t *testing.T) {
 		t.Errorf("droppedPaths = %q", got)
 	}
 }
-
-func TestHumanBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KB", 3 << 20: "3.0 MB", 5 << 30: "5.0 GB"} {
-		if got := humanBytes(n); got != want {
-			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
