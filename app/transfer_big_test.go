@@ -23,6 +23,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
 )
 
 // A large transfer between two real nodes through a TCP proxy the test
@@ -470,8 +471,8 @@ func TestSendInterrupted(t *testing.T) {
 	if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	if r := run.wait(t, 30*time.Second); r.Code == 0 {
-		t.Fatalf("send exited 0 after Ctrl-C:\n%s\n%s", r.Stdout, r.Stderr)
+	if r := run.wait(t, 30*time.Second); r.Code != cli.ExitTaskCanceled {
+		t.Fatalf("send exited %d after Ctrl-C, want %d (canceled):\n%s\n%s", r.Code, cli.ExitTaskCanceled, r.Stdout, r.Stderr)
 	}
 	apptest.WaitFor(t, 30*time.Second, "the receiver to drop the transfer", func() bool {
 		var st app.A2AStatus

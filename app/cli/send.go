@@ -66,6 +66,11 @@ the result object instead ({"task_id", "state", "message", "dir", "files"}).
 			pr := newSendPrinter(c.opts.Stderr, c.asJSON)
 			res, err := cl.SendFiles(cmd.Context(), args[0], paths, pr.event)
 			pr.finish()
+			if err != nil && cmd.Context().Err() != nil {
+				// Ctrl-C (or SIGTERM) cancelled the transfer: the
+				// canceled code the help promises, not "nothing sent".
+				return &exitError{code: ExitTaskCanceled, msg: "canceled: the device removes what it had of unfinished files"}
+			}
 			if err != nil {
 				return err
 			}
