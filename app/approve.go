@@ -66,17 +66,9 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	if _, ok := n.approvals.peekDecided(a.TaskID); ok {
 		g.Policy = pairing.PolicyAsk // the recorded decision answers (askQueued), not the policy again
 	}
-	switch g.Policy {
-	case pairing.PolicyAllow, pairing.PolicyDeny:
-		d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
-		if g.Policy == pairing.PolicyDeny {
-			d.Decision, d.Reason = DecisionDeny, fmt.Sprintf("delegations from %q are denied by policy", g.Name)
-		}
-		// The policy's decision is on disk before the task runs.
-		if err := n.approvals.record(a, d); err != nil && d.Approved() {
-			return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}
-		}
-		return agent.Decision{Approved: d.Approved(), Reason: d.Reason, Caller: withGrant(p, g)}
+	if dec, ok := n.decideByPolicy(a, g.Policy, fmt.Sprintf("delegations from %q are denied by policy", g.Name)); ok {
+		dec.Caller = withGrant(p, g) // a task approved by policy runs under the grant as it is now
+		return dec
 	}
 	a.Detail = messageDetail(t.Message)
 	d, err := n.approvals.askQueued(ctx, a, t.Queued)
@@ -111,6 +103,24 @@ func (n *Node) taskWaiting(id string) bool {
 	defer cancel()
 	t, err := n.db.Task(ctx, id)
 	return err == nil && !t.State.Terminal()
+}
+
+// decideByPolicy applies a grant policy of allow or deny to a, with denied
+// as the refusal's reason: the decision is recorded (audited, on disk)
+// before it is returned, and an approval that cannot be recorded runs
+// nothing. ok is false for the policy ask (the owner decides).
+func (n *Node) decideByPolicy(a Approval, policy pairing.Policy, denied string) (dec agent.Decision, ok bool) {
+	if policy != pairing.PolicyAllow && policy != pairing.PolicyDeny {
+		return agent.Decision{}, false
+	}
+	d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
+	if policy == pairing.PolicyDeny {
+		d.Decision, d.Reason = DecisionDeny, denied
+	}
+	if err := n.approvals.record(a, d); err != nil && d.Approved() {
+		return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}, true
+	}
+	return agent.Decision{Approved: d.Approved(), Reason: d.Reason}, true
 }
 
 // grantGone returns why grant id no longer authorizes work ("" when it is

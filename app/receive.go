@@ -24,7 +24,6 @@ import (
 	"meshtray/files"
 	"meshtray/nodes"
 	"meshtray/pairing"
-	"meshtray/store"
 	"meshtray/textsafe"
 )
 
@@ -300,17 +299,8 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 	a.Summary = t.Summary
 	a.TaskID = string(t.TaskID)
 	a.Expires = t.Deadline // the engine's, kept across a restart
-	switch g.FilesPolicy {
-	case pairing.PolicyAllow, pairing.PolicyDeny:
-		// The policy's decision is audited (on disk) before it is acted on.
-		d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
-		if g.FilesPolicy == pairing.PolicyDeny {
-			d.Decision, d.Reason = DecisionDeny, fmt.Sprintf("files from %q are refused by policy", g.Name)
-		}
-		if err := n.approvals.record(a, d); err != nil && d.Approved() {
-			return agent.Decision{Reason: "the approval could not be recorded: " + err.Error()}
-		}
-		return agent.Decision{Approved: d.Approved(), Reason: d.Reason}
+	if dec, ok := n.decideByPolicy(a, g.FilesPolicy, fmt.Sprintf("files from %q are refused by policy", g.Name)); ok {
+		return dec
 	}
 	a.Detail = truncate(agent.MessageText(t.Message), maxDetail)
 	a.TotalSize = in.manifest.Total()
