@@ -392,7 +392,7 @@ func (s *sendRun) onEvent(ev a2a.Event) {
 		s.mu.Unlock()
 		return
 	}
-	text := statusText(st.Message)
+	text := statusText(st.State, st.Message)
 	changed := st.State != s.state || text != s.status
 	s.state, s.status = st.State, text
 	if st.State == a2a.TaskStateWorking && st.Message != nil && !s.readyOK {
@@ -431,22 +431,24 @@ func (s *sendRun) takeArtifactLocked(art *a2a.Artifact) {
 	}
 }
 
-// statusText is the text of a status message, bounded for a line.
-func statusText(m *a2a.Message) string {
-	if m == nil {
-		return ""
+// statusText is the text of the receiver's status message said for the
+// sender, on one line, bounded: without the state word the receiver's
+// engine puts in front ("rejected: denied by the owner" is shown after
+// the state already), and the receiver's restart (agent.RestartedText,
+// the receiver's own words) said as what it means to the sender.
+func statusText(state a2a.TaskState, m *a2a.Message) string {
+	text := strings.ReplaceAll(agent.MessageText(m), "\n", " ")
+	text = strings.TrimPrefix(text, string(state)+": ")
+	if state == a2a.TaskStateFailed && strings.HasPrefix(text, agent.RestartedText) {
+		text = ReceiverRestartedText + strings.TrimPrefix(text, agent.RestartedText)
 	}
-	var b strings.Builder
-	for _, p := range m.Parts {
-		if tp, ok := p.(a2a.TextPart); ok {
-			if b.Len() > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(tp.Text)
-		}
-	}
-	return truncate(b.String(), 1024)
+	return truncate(text, 1024)
 }
+
+// ReceiverRestartedText is what a sender reads when the receiving node
+// restarted during the transfer: the receiver's task ended failed and its
+// partial files are removed, so a new send starts over.
+const ReceiverRestartedText = "the receiving device restarted during the transfer and removed what it had received: send again (it starts over)"
 
 // outcome is the SendResult of what was seen.
 func (s *sendRun) outcome() SendResult {

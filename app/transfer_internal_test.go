@@ -9,6 +9,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/a2aproject/a2a-go/a2a"
 
+	agent "meshtray/a2a"
 	"meshtray/files"
 )
 
@@ -127,6 +128,34 @@ func TestSendEventJSON(t *testing.T) {
 		}
 		if back.Type == SendEventResult && (back.Result == nil || back.Result.State != back.State) {
 			t.Errorf("result read back: %+v", back)
+		}
+	}
+}
+
+// TestSendStatusText: the receiver's status message is said for the
+// sender: the engine's state word in front is not repeated, and the
+// receiver's restart is said as what it means for the sender.
+func TestSendStatusText(t *testing.T) {
+	msg := func(s ...string) *a2a.Message {
+		var ps []a2a.Part
+		for _, x := range s {
+			ps = append(ps, a2a.TextPart{Text: x})
+		}
+		return a2a.NewMessage(a2a.MessageRoleAgent, ps...)
+	}
+	for _, c := range []struct {
+		state a2a.TaskState
+		m     *a2a.Message
+		want  string
+	}{
+		{a2a.TaskStateRejected, msg("rejected: denied by the owner"), "denied by the owner"},
+		{a2a.TaskStateFailed, msg(agent.RestartedText), ReceiverRestartedText},
+		{a2a.TaskStateWorking, msg("receiving 1 file(s)", "into x"), "receiving 1 file(s) into x"},
+		{a2a.TaskStateFailed, msg("rejected: not a prefix of failed"), "rejected: not a prefix of failed"},
+		{a2a.TaskStateCompleted, nil, ""},
+	} {
+		if got := statusText(c.state, c.m); got != c.want {
+			t.Errorf("statusText(%s, %v) = %q, want %q", c.state, c.m, got, c.want)
 		}
 	}
 }

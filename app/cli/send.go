@@ -81,7 +81,7 @@ the result object instead ({"task_id", "state", "message", "dir", "files"}).
 			} else {
 				c.printSendResult(res)
 			}
-			return sendExit(res)
+			return sendExit(res, pr.said())
 		},
 	}
 	c.jsonFlag(cmd)
@@ -93,20 +93,25 @@ owner or a policy of the device refused, or the device cannot take the files);
 1 when nothing could be sent (unknown device, unreadable path, device
 unreachable), 4 when no node runs.`
 
-// sendExit is the exit code of a transfer's final state.
-func sendExit(res app.SendResult) error {
-	msg := res.Message
+// sendExit is the exit code of a transfer's final state, with its message
+// unless the last state line (said) already showed it.
+func sendExit(res app.SendResult, said string) error {
+	line := stateLine(res.State, res.Message)
+	msg := line
+	if line == said {
+		msg = ""
+	}
 	switch a2a.TaskState(res.State) {
 	case a2a.TaskStateCompleted:
 		return nil
 	case a2a.TaskStateRejected:
-		return &exitError{code: ExitTaskRejected, msg: oneLine(msg, 300)}
+		return &exitError{code: ExitTaskRejected, msg: msg}
 	case a2a.TaskStateCanceled:
-		return &exitError{code: ExitTaskCanceled, msg: oneLine(msg, 300)}
+		return &exitError{code: ExitTaskCanceled, msg: msg}
 	case a2a.TaskStateFailed:
-		return &exitError{code: ExitTaskFailed, msg: oneLine(msg, 300)}
+		return &exitError{code: ExitTaskFailed, msg: msg}
 	}
-	return &exitError{code: ExitError, msg: "the transfer ended " + oneLine(res.State+": "+msg, 300)}
+	return &exitError{code: ExitError, msg: "the transfer ended " + line}
 }
 
 func (c *cli) printSendResult(res app.SendResult) {
@@ -183,16 +188,13 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		if ev.State == "working" && ev.Message == "" {
 			return // approved; the receiver's "receiving …" follows at once
 		}
-		line := ev.State
-		if ev.Message != "" {
-			line += ": " + ev.Message
-		}
+		line := stateLine(ev.State, ev.Message)
 		if line == p.lastState {
 			return
 		}
 		p.lastState = line
 		p.clearLocked()
-		fmt.Fprintln(p.w, oneLine(line, 300))
+		fmt.Fprintln(p.w, p.lastState)
 		p.drawLocked(true)
 	case app.SendEventProgress:
 		if p.quiet || p.finished[ev.File] {
@@ -232,6 +234,21 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		b.Set64(ev.Done)
 		p.drawLocked(false)
 	}
+}
+
+// stateLine is a transfer's state and its message as one printed line.
+func stateLine(state, msg string) string {
+	if msg != "" {
+		state += ": " + msg
+	}
+	return oneLine(state, 300)
+}
+
+// said is the last state line printed.
+func (p *sendPrinter) said() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastState
 }
 
 func (p *sendPrinter) dropLocked(i int) {
