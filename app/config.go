@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+	"github.com/dustin/go-humanize"
 
 	"meshtray/store"
 )
@@ -148,37 +149,32 @@ type FilesConfig struct {
 }
 
 // ByteSize is a size in bytes, written in config files as a number or a
-// number with a unit: B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB
-// (powers of 1024; "K", "M", "G", "T" alone are read as these).
+// number with a unit, read by go-humanize's ParseBytes: B, KB/MB/GB/TB
+// (powers of 1000), KiB/MiB/GiB/TiB or Ki/Mi/Gi/Ti (powers of 1024),
+// case-insensitive, a space allowed before the unit, "1.5GiB" and
+// "1,000 KB" too. A lone K, M, G, T (P, E) is a power of 1024, as
+// meshtray always read it (humanize would read 1000); nothing may follow
+// the unit. At most 2^62 bytes.
 type ByteSize int64
 
-var byteUnits = []struct {
-	suffix string
-	mult   int64
-}{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1},
-}
+// maxByteSize bounds a ByteSize (far above any disk; keeps sums of sizes
+// in an int64).
+const maxByteSize = 1 << 62
 
-// UnmarshalText reads "16GiB", "500 MB", "1048576".
+// UnmarshalText reads "16GiB", "500 MB", "4G", "1048576".
 func (b *ByteSize) UnmarshalText(t []byte) error {
-	s := strings.ToLower(strings.TrimSpace(string(t)))
-	mult := int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
+	s := strings.TrimSpace(string(t))
+	if n := len(s); n > 0 && strings.IndexByte("kKmMgGtTpPeE", s[n-1]) >= 0 {
+		s += "iB" // a lone K/M/G/T: binary, as before (humanize reads "4G" as 4e9)
 	}
-	var v float64
-	if _, err := fmt.Sscanf(s, "%g", &v); err != nil || v < 0 || fmt.Sprint(v) == "NaN" {
+	v, err := humanize.ParseBytes(s)
+	if err != nil {
 		return fmt.Errorf("size %q: want a number of bytes, or one with a unit (16GiB, 500MB)", string(t))
 	}
-	if v*float64(mult) > 1<<62 {
+	if v > maxByteSize {
 		return fmt.Errorf("size %q is too large", string(t))
 	}
-	*b = ByteSize(v * float64(mult))
+	*b = ByteSize(v)
 	return nil
 }
 

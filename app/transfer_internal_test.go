@@ -159,3 +159,26 @@ func TestSendStatusText(t *testing.T) {
 		}
 	}
 }
+
+// TestByteSizeSpellings: config sizes are read by go-humanize's
+// ParseBytes ("MB" = 10^6, "MiB" = 2^20, "Mi" too), except a lone K, M,
+// G, T, P or E, which meshtray always read as the binary unit and still
+// does; anything after the unit is refused, never ignored.
+func TestByteSizeSpellings(t *testing.T) {
+	for in, want := range map[string]int64{
+		"4GiB": 4 << 30, "4 gib": 4 << 30, "4Gi": 4 << 30, "4G": 4 << 30, "4 g": 4 << 30,
+		"100 MB": 100e6, "100MiB": 100 << 20, "512K": 512 << 10, "512k": 512 << 10, "512KB": 512e3,
+		"1.5GiB": 3 << 29, "2T": 2 << 40, "1,000 KB": 1e6, "1048576": 1 << 20, " 7 B ": 7,
+	} {
+		var b ByteSize
+		if err := b.UnmarshalText([]byte(in)); err != nil || int64(b) != want {
+			t.Errorf("size %q = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1GiB", "1e30GiB", "GiB", "5 potatoes", "4GiBs", "9EiB"} {
+		var b ByteSize
+		if err := b.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("size %q accepted as %d", bad, b)
+		}
+	}
+}
