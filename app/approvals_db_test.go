@@ -12,6 +12,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	agent "meshtray/a2a"
+	"meshtray/files"
 	"meshtray/pairing"
 	"meshtray/store"
 )
@@ -364,5 +365,58 @@ func TestRestoredFilesApprovalReclaimed(t *testing.T) {
 	<-got
 	if es := approvalEntries(t, db2); len(es) != 1 || es[0].TaskID != "tf" || !strings.HasPrefix(es[0].Subject, "files: ") {
 		t.Fatalf("entries = %+v", es)
+	}
+}
+
+// TestRestoredFilesDecisionNotDecidedTwice: the owner approved a file
+// transfer with "always allow files from this device" (its grant's files
+// policy became allow), and the node was killed before the task's own
+// write: at the start the task is asked again. The decision recorded
+// before the kill answers it, as for a delegation: the files policy does
+// not decide it a second time (one audit entry, by the owner).
+func TestRestoredFilesDecisionNotDecidedTwice(t *testing.T) {
+	t.Parallel()
+	n, gr := approverNode(t)
+	n.cfg.Files = FilesConfig{Dir: t.TempDir(), KeepFree: 1}
+	n.startFiles()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openTestDB(t, path)
+	ctx := context.Background()
+	sum := strings.Repeat("ab", 32)
+	msg := a2a.NewMessage(a2a.MessageRoleUser, announceParts(files.Manifest{Files: []files.Entry{{Name: "a.txt", Path: "a.txt", Size: 5, SHA256: sum, MediaType: "text/plain"}}})...)
+	if err := db.CreateTask(ctx, store.Task{ID: "tf", Owner: "grant:" + gr.ID, State: store.StateSubmitted, Created: time.Now(), Updated: time.Now(),
+		ApprovalDeadline: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	// The decision before the kill: the owner approved (always), the
+	// policy became allow; the task was still submitted on disk.
+	q, _ := dbQueue(t, db, time.Minute, nil)
+	id, err := q.Post(Approval{Kind: KindFiles, GrantID: gr.ID, Peer: gr.Name, Summary: "send 1 file", TaskID: "tf"}, func(ApprovalDecision) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Decide(id, ApprovalDecision{Decision: DecisionApprove, Always: true, Where: store.WhereTray}); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if err := n.grants.SetFilesPolicy(gr.ID, pairing.PolicyAllow); err != nil {
+		t.Fatal(err)
+	}
+
+	// The restart: the queue restores, the engine asks again.
+	n.approvals.Close()
+	n.approvals, _ = dbQueue(t, db, time.Minute, func(task string) bool { return task == "tf" })
+	p := &pairing.Principal{Grant: gr, Listener: pairing.ListenerTailnet}
+	d := taskApprover{n}.ApproveTask(ctx, agent.TaskApproval{TaskID: "tf", Caller: p, Message: msg, Summary: "send 1 file",
+		Deadline: time.Now().Add(time.Minute), Queued: func() {}})
+	if !d.Approved || !d.ByOwner {
+		t.Fatalf("the re-asked transfer: %+v; want the owner's approval recorded before the restart", d)
+	}
+	es := approvalEntries(t, db)
+	if len(es) != 1 || es[0].DecidedBy != "owner" || es[0].DecidedVia != store.WhereTray {
+		t.Fatalf("audit entries of the transfer: %+v; want the owner's one decision", es)
+	}
+	if len(n.approvals.List()) != 0 {
+		t.Fatalf("asked again: %+v", n.approvals.List())
 	}
 }

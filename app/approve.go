@@ -63,9 +63,6 @@ func (ta taskApprover) ApproveTask(ctx context.Context, t agent.TaskApproval) ag
 	a.Summary = t.Summary
 	a.TaskID = string(t.TaskID)
 	a.Expires = t.Deadline // the engine's, kept across a restart
-	if _, ok := n.approvals.peekDecided(a.TaskID); ok {
-		g.Policy = pairing.PolicyAsk // the recorded decision answers (askQueued), not the policy again
-	}
 	if dec, ok := n.decideByPolicy(a, g.Policy, fmt.Sprintf("delegations from %q are denied by policy", g.Name)); ok {
 		dec.Caller = withGrant(p, g) // a task approved by policy runs under the grant as it is now
 		return dec
@@ -108,9 +105,14 @@ func (n *Node) taskWaiting(id string) bool {
 // decideByPolicy applies a grant policy of allow or deny to a, with denied
 // as the refusal's reason: the decision is recorded (audited, on disk)
 // before it is returned, and an approval that cannot be recorded runs
-// nothing. ok is false for the policy ask (the owner decides).
+// nothing. ok is false for the policy ask (the owner decides), and for a
+// task whose decision was recorded before a restart (loadDecided): that
+// decision answers it (askQueued), not the policy a second time.
 func (n *Node) decideByPolicy(a Approval, policy pairing.Policy, denied string) (dec agent.Decision, ok bool) {
 	if policy != pairing.PolicyAllow && policy != pairing.PolicyDeny {
+		return agent.Decision{}, false
+	}
+	if _, decided := n.approvals.peekDecided(a.TaskID); decided {
 		return agent.Decision{}, false
 	}
 	d := ApprovalDecision{Decision: DecisionApprove, By: decidedByPolicy, Where: store.WherePolicy}
