@@ -117,30 +117,26 @@ broken entry and why. Entries pruned by retention ([audit] max_entries,
 max_age) are not a break: the chain is checked from the newest pruned one.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := c.api(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			v, err := cl.VerifyAudit(ctx)
-			if err != nil {
-				return err
-			}
-			if c.asJSON {
-				if err := c.printJSON(v); err != nil {
-					return err
+			var v app.AuditVerify
+			err := show(c, cmd, func(cl *app.Client, ctx context.Context) (app.AuditVerify, error) {
+				var err error
+				v, err = cl.VerifyAudit(ctx)
+				return v, err
+			}, func(v app.AuditVerify) error {
+				if v.OK {
+					fmt.Fprintf(c.opts.Stdout, "%d entries, chain intact", v.Entries)
+					if v.AnchorSeq > 0 {
+						fmt.Fprintf(c.opts.Stdout, " (from entry %d: older entries were pruned by retention)", v.AnchorSeq+1)
+					}
+					fmt.Fprintln(c.opts.Stdout)
 				}
-			} else if v.OK {
-				fmt.Fprintf(c.opts.Stdout, "%d entries, chain intact", v.Entries)
-				if v.AnchorSeq > 0 {
-					fmt.Fprintf(c.opts.Stdout, " (from entry %d: older entries were pruned by retention)", v.AnchorSeq+1)
-				}
-				fmt.Fprintln(c.opts.Stdout)
+				return nil
+			})
+			if err == nil && !v.OK {
+				// --json too: the exit code says it.
+				err = &exitError{code: ExitError, msg: fmt.Sprintf("audit trail broken at entry %d: %s", v.BrokenSeq, oneLine(v.Reason, 200))}
 			}
-			if !v.OK {
-				return &exitError{code: ExitError, msg: fmt.Sprintf("audit trail broken at entry %d: %s", v.BrokenSeq, oneLine(v.Reason, 200))}
-			}
-			return nil
+			return err
 		},
 	}
 	c.jsonFlag(cmd)
