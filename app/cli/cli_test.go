@@ -21,6 +21,7 @@ func TestRunInProcess(t *testing.T) {
 		{[]string{"version"}, ExitOK, "meshtray ", ""},
 		{[]string{"a2a", "sideways"}, ExitUsage, "", `a2a "sideways": want on, off or status`},
 		{[]string{"grant", "create", "--name", "x", "--scope", "admin"}, ExitUsage, "", `scope "admin": want agent, node, full or approve`},
+		{[]string{"grant", "create", "--name", "x", "--scopes", "admin"}, ExitUsage, "", `scope "admin": want agent, node, full or approve`},
 		{[]string{"grant", "set", "G", "--approval", "maybe"}, ExitUsage, "", "--approval ask|allow|deny is required"},
 		{[]string{"approve", "A", "--scopes", ","}, ExitUsage, "", "no scope given"},
 		{[]string{"status"}, ExitNotRunning, "", "start it with `meshtray`"},
@@ -32,6 +33,22 @@ func TestRunInProcess(t *testing.T) {
 		if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errw.String(), tc.stderr) {
 			t.Errorf("meshtray %s: exit %d, stdout %q, stderr %q; want exit %d, %q, %q",
 				strings.Join(tc.args, " "), code, out.String(), errw.String(), tc.code, tc.stdout, tc.stderr)
+		}
+	}
+}
+
+// TestScopesFlagOneSpelling: grant create and approve take the scopes as
+// --scopes; grant create's first spelling --scope still works but is not
+// shown in the help.
+func TestScopesFlagOneSpelling(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"grant", "create", "--help"}, {"approve", "--help"}} {
+		var out, errw bytes.Buffer
+		if code := run(args, options{Stdout: &out, Stderr: &errw, Stdin: strings.NewReader("")}); code != ExitOK {
+			t.Fatalf("meshtray %s: exit %d %s", strings.Join(args, " "), code, errw.String())
+		}
+		if h := out.String(); !strings.Contains(h, "--scopes") || strings.Contains(h, "--scope ") {
+			t.Errorf("meshtray %s:\n%s", strings.Join(args, " "), h)
 		}
 	}
 }

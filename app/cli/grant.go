@@ -21,7 +21,7 @@ func (c *cli) grantCommand() *cobra.Command {
 	var req app.GrantRequest
 	var scopes, approval string
 	create := &cobra.Command{
-		Use:   "create --name NAME --scope agent,node [--approval ask|allow|deny]",
+		Use:   "create --name NAME --scopes agent,node [--approval ask|allow|deny]",
 		Short: "Mint a grant and print its token once",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,7 +54,10 @@ func (c *cli) grantCommand() *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&req.Name, "name", "", "who the grant is for (shown in approvals)")
-	create.Flags().StringVar(&scopes, "scope", "agent", "scopes: agent, node, full, approve (comma-separated; approve: may approve or deny the requests made to this device, and only it)")
+	create.Flags().StringVar(&scopes, "scopes", "agent", "scopes: agent, node, full, approve (comma-separated; approve: may approve or deny the requests made to this device, and only it)")
+	// --scope, its first spelling, still works for scripts (hidden).
+	create.Flags().StringVar(&scopes, "scope", "agent", "same as --scopes")
+	_ = create.Flags().MarkHidden("scope")
 	create.Flags().StringVar(&approval, "approval", "ask", "approval policy for its delegations: ask, allow, deny")
 	c.jsonFlag(create)
 

@@ -60,7 +60,7 @@ func newDevicesView(cb devicesCallbacks) *devicesView {
 func (v *devicesView) set(d app.Devices) {
 	objs := []fyne.CanvasObject{heading("Devices and agents this device gave access to")}
 	if len(d.Issued) == 0 {
-		objs = append(objs, mutedLabel("None yet. Pair a device from the tray menu (Pair a device…), or mint a grant with: meshtray grant create --name NAME --scope agent"))
+		objs = append(objs, mutedLabel("None yet. Pair a device from the tray menu (Pair a device…), or mint a grant with: meshtray grant create --name NAME --scopes agent"))
 	}
 	issued := slices.Clone(d.Issued)
 	slices.SortStableFunc(issued, func(a, b pairing.Grant) int { return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name)) })
