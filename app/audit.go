@@ -92,7 +92,9 @@ func (e AuditEntry) What() string {
 	if e.Params != "" {
 		parts = append(parts, e.Params)
 	}
-	if store.Kind(e.Kind) == store.KindApproval && e.DecidedBy != "" {
+	if store.Kind(e.Kind) == store.KindApproval && e.DecidedBy != "" && !strings.Contains(e.Params, e.DecidedBy) {
+		// "by owner" after an approval; not after a reason that already
+		// names who ("denied by the owner", "denied on desktop (OKEQ5Q4)").
 		parts = append(parts, "by "+e.DecidedBy)
 	}
 	return strings.Join(parts, " ")

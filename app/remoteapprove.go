@@ -227,8 +227,15 @@ func (n *Node) decideRemote(p *pairing.Principal, id string, rd RemoteDecision) 
 	}
 	v := remoteView(p, a)
 	d := ApprovalDecision{Decision: rd.Decision, Always: rd.Always, Where: store.WherePhone, By: p.Grant.ID}
+	on := fmt.Sprintf("%s (grant %s)", p.Grant.Name, p.Grant.ID)
 	if p.Grant.PeerID != "" {
 		d.Where, d.By = store.WhereDevice, pairing.ShortID(p.Grant.PeerID)
+		on = fmt.Sprintf("%s (%s)", p.Grant.Name, d.By)
+	}
+	if d.Decision == DecisionDeny {
+		// What the requester reads, and the audit trail: where it was
+		// denied, by the name this device knows it under.
+		d.Reason = "denied on " + on
 	}
 	switch {
 	case d.Decision != DecisionApprove && d.Decision != DecisionDeny:

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"log/slog"
 	"testing"
+	"time"
 
 	"meshtray/pairing"
 )
@@ -45,5 +47,49 @@ func TestRemoteView(t *testing.T) {
 	v := remoteView(phone, Approval{Kind: KindDelegation, GrantID: "g1", Peer: "evil\u202Eexe.txt", Summary: "a\u200Bb", Detail: "line 1\nline\u00A02"})
 	if v.Peer != `evil\u202Eexe.txt` || v.Summary != `a\u200Bb` || v.Detail != "line 1\nline\\u00A02" {
 		t.Errorf("invisible runes shown as %q %q %q", v.Peer, v.Summary, v.Detail)
+	}
+}
+
+// TestRemoteDenialReason: a denial made on another device says where, in
+// the requester's reason and in the audit trail's WHAT: "denied on desktop
+// (SHORTID)", never "denied by the owner by SHORTID".
+func TestRemoteDenialReason(t *testing.T) {
+	t.Parallel()
+	const dev = "OKEQ5Q4-AAAAAAA-BBBBBBB-CCCCCCC-DDDDDDD-EEEEEEE-FFFFFFF-GGGGGGG"
+	db := openTestDB(t, "")
+	for _, c := range []struct {
+		p    *pairing.Principal
+		want string
+	}{
+		{&pairing.Principal{Grant: pairing.Grant{ID: "g-desktop", Name: "desktop", PeerID: dev}}, "denied on desktop (" + pairing.ShortID(dev) + ")"},
+		{&pairing.Principal{Grant: pairing.Grant{ID: "4d9a5aa93be23a07", Name: "Ada's phone"}}, "denied on Ada's phone (grant 4d9a5aa93be23a07)"},
+	} {
+		n := &Node{log: slog.New(slog.DiscardHandler)}
+		n.approvals, _ = dbQueue(t, db, time.Minute, nil)
+		got := make(chan ApprovalDecision, 1)
+		id, err := n.approvals.Post(Approval{Kind: KindDelegation, GrantID: "g-agent", Peer: "ci-agent", Summary: "device.info", TaskID: "t-" + c.p.Grant.ID},
+			func(d ApprovalDecision) { got <- d })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.decideRemote(c.p, id, RemoteDecision{Decision: DecisionDeny}); err != nil {
+			t.Fatal(err)
+		}
+		if d := <-got; d.Reason != c.want {
+			t.Errorf("denied by %s: reason %q, want %q", c.p.Grant.Name, d.Reason, c.want)
+		}
+		es := approvalEntries(t, db)
+		if what := auditView(es[len(es)-1]).What(); what != "delegation: device.info "+c.want {
+			t.Errorf("denied by %s: audit WHAT %q", c.p.Grant.Name, what)
+		}
+		n.approvals.Close()
+	}
+	// The owner's own denial reads as before, without "by owner" twice.
+	e := AuditEntry{Kind: "approval", Subject: "delegation: x", Params: "denied by the owner", DecidedBy: "owner"}
+	if what := e.What(); what != "delegation: x denied by the owner" {
+		t.Errorf("the owner's denial: WHAT %q", what)
+	}
+	if what := (AuditEntry{Kind: "approval", Subject: "delegation: x", DecidedBy: "owner"}).What(); what != "delegation: x by owner" {
+		t.Errorf("the owner's approval: WHAT %q", what)
 	}
 }
