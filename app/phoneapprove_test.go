@@ -213,3 +213,21 @@ func TestPhoneApproves(t *testing.T) {
 	e.node.Stop()
 	raAudited(t, e.node.StateDir, map[string]string{"first": "approved", "second": "denied"}, store.WherePhone, phoneID)
 }
+
+// TestPhoneFullScopeSaysWhatItGives: a phone paired with full reads what
+// full gives (the agent, the capabilities, the settings), not
+// "everything": full never includes approving, and the page offers no
+// approval queue for it.
+func TestPhoneFullScopeSaysWhatItGives(t *testing.T) {
+	e := newPhoneEnv(t)
+	e.pairPhoneWith(pairing.ScopeFull)
+	got := e.text("remote-scopes")
+	t.Logf("the remote's scope line: %q", got)
+	if strings.Contains(got, "everything") || !strings.Contains(got, "its agent") || !strings.Contains(got, "its capabilities") ||
+		!strings.Contains(got, "not approving") {
+		t.Errorf("the scope line of a full grant: %q", got)
+	}
+	if phoneEval[bool](e.b, `!document.getElementById("approvals-card").hidden`) {
+		t.Error("the approval queue is offered to a full grant")
+	}
+}

@@ -637,7 +637,8 @@
     return resp;
   }
 
-  const hasScope = (scope) => st.grant && (st.grant.scopes.includes(scope) || st.grant.scopes.includes("full"));
+  // full gives every scope but approve, which only approve itself gives.
+  const hasScope = (scope) => st.grant && (st.grant.scopes.includes(scope) || (scope !== "approve" && st.grant.scopes.includes("full")));
 
   // ----------------------------------------------------------------- remote
 
@@ -671,7 +672,7 @@
     const g = st.grant;
     const when = new Date(g.paired_at);
     const parts = [];
-    const names = { agent: "its agent", node: "its capabilities", full: "everything", approve: "its approval queue" };
+    const names = { agent: "its agent", node: "its capabilities", full: "its agent, its capabilities and its settings (A2A, agents), but not approving requests", approve: "its approval queue" };
     if (g.scopes.length) parts.push("This phone may use " + g.scopes.map((s) => names[s] || s).join(" and ") + ".");
     if (!isNaN(when)) parts.push("Paired " + when.toLocaleDateString() + ".");
     $("remote-scopes").textContent = parts.join(" ");
