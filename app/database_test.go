@@ -48,3 +48,32 @@ func TestCorruptDatabaseNamesFileAndFlag(t *testing.T) {
 		t.Errorf("the log does not say the database was moved aside:\n%s", n.Logs())
 	}
 }
+
+// TestEmptyDatabaseRefused: a zero-byte meshtray.db (meshtray never
+// leaves its database empty) is refused like a truncated one, naming the
+// file and the flag; with the flag it is kept aside and the node starts
+// with a new database.
+func TestEmptyDatabaseRefused(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, store.DefaultFile)
+	if err := os.WriteFile(db, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := apptest.RunCLI(t, []string{"LANG=C.UTF-8"}, "serve", "--state-dir", dir, "--port", "0", "--keychain", "file")
+	t.Logf("serve on an empty database: exit %d\n%s", r.Code, r.Stderr)
+	if r.Code == 0 {
+		t.Fatalf("serve started on an empty database:\n%s", r.Stderr)
+	}
+	for _, want := range []string{db, store.ResetFlag, "empty"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("error does not name %q:\n%s", want, r.Stderr)
+		}
+	}
+	n := apptest.StartNode(t, apptest.Options{StateDir: dir, Keychain: "file", Args: []string{store.ResetFlag}})
+	if r := n.CLI("status"); r.Code != 0 {
+		t.Fatalf("status after reset: %d %s", r.Code, r.Stderr)
+	}
+	if kept, _ := filepath.Glob(db + ".corrupt-*"); len(kept) != 1 {
+		t.Fatalf("the empty file was not kept aside: %v", kept)
+	}
+}

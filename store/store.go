@@ -245,13 +245,11 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkHeader(abs); err != nil {
 		return nil, err
 	}
-	// Create the file 0600 before SQLite does: SQLite gives the -wal and
-	// -shm files the mode of the database file.
-	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+	if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
+		if err := createFile(abs); err != nil {
+			return nil, err
+		}
 	}
-	f.Close()
 	if err := os.Chmod(abs, 0o600); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -296,6 +294,64 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// createFile makes the new, empty database at path (mode 0600, which
+// SQLite gives its -wal and -shm files too) so that the file at path is
+// never empty: SQLite writes its header under the temporary name
+// path+".new" (a schema change it undoes), which is synced and renamed
+// into place. An empty file at path is therefore never one Open just
+// made, even after a crash, and checkHeader refuses it.
+func createFile(path string) error {
+	tmp := path + ".new"
+	for _, f := range []string{tmp, tmp + "-journal"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	f.Close()
+	db, err := sql.Open("sqlite", tmp)
+	if err == nil {
+		for _, q := range []string{"CREATE TABLE meshtray_new (x)", "DROP TABLE meshtray_new"} {
+			if _, err = db.Exec(q); err != nil {
+				break
+			}
+		}
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = syncFile(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store: creating %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // checkHeader refuses, before SQLite touches it or its WAL, a file that is
 // not an SQLite database or is shorter than its header says (truncated).
 // The layout is SQLite's file format §1.3: the 16-byte magic string, the
@@ -316,7 +372,9 @@ func checkHeader(path string) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	if fi.Size() == 0 {
-		return nil // new (or created by an Open that failed before SQLite wrote)
+		// Open never leaves the file empty (createFile): it was truncated
+		// or replaced, and its tasks and audit trail are gone.
+		return &CorruptError{Path: path, Reason: "the file is empty, so it was truncated or replaced", Err: ErrCorrupt}
 	}
 	var h [100]byte
 	if _, err := io.ReadFull(f, h[:]); err != nil {

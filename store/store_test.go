@@ -147,6 +147,33 @@ func TestNewerSchemaRefused(t *testing.T) {
 	}
 }
 
+// TestNewDatabaseNeverEmpty: a new database is written under a temporary
+// name and renamed into place with its header, so the file at the
+// database's path is never an empty file, and no temporary is left.
+func TestNewDatabaseNeverEmpty(t *testing.T) {
+	path := tempDB(t)
+	// A temporary left by an Open killed before its rename is replaced.
+	os.WriteFile(path+".new", []byte("half"), 0o600)
+	s := openTest(t, path, Options{})
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() < 100 {
+		t.Fatalf("the new database: %v, %v", fi, err)
+	}
+	if m := fi.Mode().Perm(); m != 0o600 {
+		t.Errorf("mode %o, want 600", m)
+	}
+	left, _ := filepath.Glob(path + ".new*")
+	if len(left) != 0 {
+		t.Errorf("temporaries left: %v", left)
+	}
+	s.Close()
+	s2, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	s2.Close()
+}
+
 func TestFileModes(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, DefaultFile)
@@ -229,6 +256,29 @@ func TestCorruptAndTruncatedFiles(t *testing.T) {
 		}
 		_, err := Open(path, Options{})
 		wantCorrupt(t, err, path)
+	})
+	t.Run("zero bytes", func(t *testing.T) {
+		// Open never leaves its database empty (createFile), so an empty
+		// file was truncated or replaced: refused like a truncated one,
+		// with or without its WAL.
+		for _, wal := range []bool{false, true} {
+			path := tempDB(t)
+			fillDB(t, path, 3)
+			if wal {
+				os.WriteFile(path+"-wal", []byte("left over"), 0o600)
+			}
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(path, Options{})
+			wantCorrupt(t, err, path)
+			if !strings.Contains(err.Error(), "empty") {
+				t.Errorf("the error does not say the file is empty: %v", err)
+			}
+			if fi, _ := os.Stat(path); fi == nil || fi.Size() != 0 {
+				t.Fatal("a refused open changed the empty file")
+			}
+		}
 	})
 	t.Run("page overwritten", func(t *testing.T) {
 		path := tempDB(t)
