@@ -369,7 +369,16 @@ func (t *offerTable) wait(ctx context.Context, o *offer, progress func(OfferProg
 // errOfferDone ends an offer whose files were all downloaded.
 var errOfferDone = errors.New("downloaded")
 
-// offerFiles offers the files and folders at paths to g, a device that
+// offerable refuses offering files to g when its grant lacks the agent
+// scope (files are A2A work).
+func offerable(g *pairing.Grant) error {
+	if !g.Scopes.Has(pairing.ScopeAgent) {
+		return fmt.Errorf("%w: %s may not use files (its grant lacks the agent scope)", ErrBrowserOnly, g.Name)
+	}
+	return nil
+}
+
+// offerFiles offers the files srcs (SendFiles read them) to g, a device that
 // reaches this one only through its browser page (a phone), and follows
 // the offer like a transfer (Node.SendFiles): a state line "working"
 // once it is listed on the phone's page, progress lines as the phone
@@ -378,13 +387,9 @@ var errOfferDone = errors.New("downloaded")
 // canceled when ctx ended first (the offer is withdrawn) or the grant
 // was paused or revoked. An error is a refusal before anything was
 // offered.
-func (n *Node) offerFiles(ctx context.Context, g *pairing.Grant, paths []string, emit func(SendEvent)) (SendResult, error) {
-	if !g.Scopes.Has(pairing.ScopeAgent) {
-		return SendResult{}, fmt.Errorf("%w: %s may not use files (its grant lacks the agent scope)", ErrBrowserOnly, g.Name)
-	}
-	srcs, err := files.Sources(paths...)
-	if err != nil {
-		return SendResult{}, badRequest("%v", err)
+func (n *Node) offerFiles(ctx context.Context, g *pairing.Grant, srcs []files.Source, emit func(SendEvent)) (SendResult, error) {
+	if err := offerable(g); err != nil {
+		return SendResult{}, err
 	}
 	o, err := n.offers.add(*g, n.cfg.Name, srcs)
 	if errors.Is(err, ErrOfferTooBig) {

@@ -121,14 +121,32 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 		return SendResult{}, err
 	}
 	if h == nil {
-		return n.offerFiles(ctx, issued, req.Paths, emit)
+		if err := offerable(issued); err != nil {
+			return SendResult{}, err
+		}
 	}
-	srcs, err := files.Sources(req.Paths...)
+	srcs, skipped, err := files.Collect(req.Paths...)
 	if err != nil {
 		return SendResult{}, badRequest("%v", err)
 	}
 	if len(srcs) == 0 {
 		return SendResult{}, badRequest("nothing to send: the folders hold no regular files")
+	}
+	if skipped.Count > 0 {
+		emit(SendEvent{Type: SendEventSkipped, Skipped: &skipped})
+	}
+	res, err := n.sendSources(ctx, h, issued, srcs, emit)
+	if skipped.Count > 0 {
+		res.Skipped = &skipped
+	}
+	return res, err
+}
+
+// sendSources sends srcs to the device held as h, or offers them to the
+// device of the issued grant when h is nil (SendFiles).
+func (n *Node) sendSources(ctx context.Context, h *pairing.Held, issued *pairing.Grant, srcs []files.Source, emit func(SendEvent)) (SendResult, error) {
+	if h == nil {
+		return n.offerFiles(ctx, issued, srcs, emit)
 	}
 	// The announcement must fit the receiver's A2A request body limit
 	// (a2a.DefaultMaxBodyBytes, 1 MiB; a few hundred bytes a file).

@@ -36,6 +36,7 @@ type SendRequest struct {
 const (
 	SendEventState    = "state"
 	SendEventProgress = "progress"
+	SendEventSkipped  = "skipped"
 	SendEventResult   = "result"
 )
 
@@ -43,9 +44,12 @@ const (
 //
 //	{"type":"state","state":"submitted|working|input-required|completed|failed|rejected|canceled","message":"..."}
 //	{"type":"progress","file":i,"path":"rel/path","done":N,"size":N,"total_done":N,"total":N}
-//	{"type":"result","task_id":"...","state":"...","message":"...","dir":"...","files":[files.Saved...]}
+//	{"type":"skipped","count":N,"entries":[{"path":"Trip/link","type":"symbolic link"}...]}
+//	{"type":"result","task_id":"...","state":"...","message":"...","dir":"...","files":[files.Saved...],"skipped":{...}}
 //
-// A state line comes with each change of the receiver's task (state names
+// A skipped line (files.Skipped: the links and special files of the
+// folders, not sent) comes first when there are any, before anything is
+// sent; a state line with each change of the receiver's task (state names
 // of A2A 0.3); progress lines at most once per MiB per file and at the end
 // of each file (after a resume done may step back to the receiver's
 // offset); the result line is the last.
@@ -60,6 +64,8 @@ type SendEvent struct {
 	Size      int64  `json:"size"`
 	TotalDone int64  `json:"total_done"`
 	Total     int64  `json:"total"`
+	// skipped
+	Skipped *files.Skipped `json:"-"`
 	// result
 	Result *SendResult `json:"-"`
 }
@@ -77,6 +83,15 @@ func (e SendEvent) MarshalJSON() ([]byte, error) {
 			TotalDone int64  `json:"total_done"`
 			Total     int64  `json:"total"`
 		}{e.Type, e.File, e.Path, e.Done, e.Size, e.TotalDone, e.Total})
+	case SendEventSkipped:
+		sk := files.Skipped{Entries: []files.SkippedEntry{}}
+		if e.Skipped != nil {
+			sk = *e.Skipped
+		}
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			files.Skipped
+		}{e.Type, sk})
 	case SendEventResult:
 		r := SendResult{State: e.State, Message: e.Message}
 		if e.Result != nil {
@@ -107,6 +122,13 @@ func (e *SendEvent) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*e = SendEvent(p)
+	if e.Type == SendEventSkipped {
+		var sk files.Skipped
+		if err := json.Unmarshal(b, &sk); err != nil {
+			return err
+		}
+		e.Skipped = &sk
+	}
 	if e.Type == SendEventResult {
 		var r SendResult
 		if err := json.Unmarshal(b, &r); err != nil {
@@ -126,6 +148,9 @@ type SendResult struct {
 	Message string        `json:"message,omitempty"`
 	Dir     string        `json:"dir,omitempty"`
 	Files   []files.Saved `json:"files"`
+	// Skipped are the entries of the folders that were not sent (links,
+	// special files); nil when there were none.
+	Skipped *files.Skipped `json:"skipped,omitempty"`
 }
 
 // ReceivedTransfer is one completed incoming transfer (GET /files/received).

@@ -116,6 +116,8 @@ func TestSendEventJSON(t *testing.T) {
 		{SendEvent{Type: SendEventResult, Result: res},
 			`{"type":"result","task_id":"T1","state":"completed","message":"saved 1 file(s) in /d","dir":"/d","files":[{"path":"a.txt","size":3,"media_type":"text/plain","sha256":"ab"}]}`},
 		{SendEvent{Type: SendEventResult, State: "rejected", Message: "no"}, `{"type":"result","task_id":"","state":"rejected","message":"no","files":[]}`},
+		{SendEvent{Type: SendEventSkipped, Skipped: &files.Skipped{Count: 1, Entries: []files.SkippedEntry{{Path: "Trip/l", Type: "symbolic link"}}}},
+			`{"type":"skipped","count":1,"entries":[{"path":"Trip/l","type":"symbolic link"}]}`},
 	} {
 		b, err := tc.ev.MarshalJSON()
 		if err != nil || string(b) != tc.want {
@@ -125,6 +127,9 @@ func TestSendEventJSON(t *testing.T) {
 		var back SendEvent
 		if err := back.UnmarshalJSON(b); err != nil || back.Type != tc.ev.Type {
 			t.Errorf("read back %s: %+v %v", b, back, err)
+		}
+		if back.Type == SendEventSkipped && (back.Skipped == nil || back.Skipped.Count != 1 || back.Skipped.Entries[0].Path != "Trip/l") {
+			t.Errorf("skipped read back: %+v", back)
 		}
 		if back.Type == SendEventResult && (back.Result == nil || back.Result.State != back.State) {
 			t.Errorf("result read back: %+v", back)

@@ -29,25 +29,67 @@ type Source struct {
 	Path  string // local path
 }
 
-// Sources builds the sources for paths, hashing every file (one read of
+// Sources is Collect without the skipped entries.
+func Sources(paths ...string) ([]Source, error) {
+	srcs, _, err := Collect(paths...)
+	return srcs, err
+}
+
+// Skipped is what Collect left out of the folders it walked: how many
+// entries (Count) and the first MaxSkippedListed of them, in walk order.
+type Skipped struct {
+	Count   int            `json:"count"`
+	Entries []SkippedEntry `json:"entries"`
+}
+
+// SkippedEntry is one entry of a folder that is not sent: its path as it
+// would have been sent ("folder/relative/path") and its type ("symbolic
+// link", "named pipe", "socket", "device", "irregular file").
+type SkippedEntry struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
+}
+
+// MaxSkippedListed bounds Skipped.Entries.
+const MaxSkippedListed = 100
+
+// skippedType names the type of a folder entry that is not sent.
+func skippedType(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "irregular file"
+}
+
+// Collect builds the sources for paths, hashing every file (one read of
 // each; up to hashWorkers files at once, each read ahead of its hash). A
 // file is sent under its base name; a folder as its regular files, each
-// under "folder/relative/path" (symlinks and special files are skipped).
-// Media types come from the extension (mime.TypeByExtension).
-func Sources(paths ...string) ([]Source, error) {
+// under "folder/relative/path": its symbolic links (to a file or a folder,
+// inside it or not) and special files are not followed or read, and are
+// returned as skipped. Media types come from the extension
+// (mime.TypeByExtension).
+func Collect(paths ...string) ([]Source, Skipped, error) {
 	type job struct{ local, rel string }
 	var jobs []job
+	skipped := Skipped{Entries: []SkippedEntry{}}
 	for _, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
-			return nil, err
+			return nil, skipped, err
 		}
 		base := filepath.Base(filepath.Clean(p))
 		if !fi.IsDir() {
 			// A FIFO would block the open, a device (/dev/zero) never
 			// ends: only regular files are read.
 			if !fi.Mode().IsRegular() {
-				return nil, fmt.Errorf("%s: not a regular file or folder (%s)", p, fi.Mode().Type())
+				return nil, skipped, fmt.Errorf("%s: not a regular file or folder (%s)", p, fi.Mode().Type())
 			}
 			jobs = append(jobs, job{p, base})
 			continue
@@ -57,21 +99,29 @@ func Sources(paths ...string) ([]Source, error) {
 		// still skipped.
 		root, err := filepath.EvalSymlinks(p)
 		if err != nil {
-			return nil, err
+			return nil, skipped, err
 		}
 		err = filepath.WalkDir(root, func(local string, d fs.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() {
+			if err != nil || d.IsDir() {
 				return err
 			}
 			rel, err := filepath.Rel(root, local)
 			if err != nil {
 				return err
 			}
-			jobs = append(jobs, job{local, base + "/" + filepath.ToSlash(rel)})
+			rel = base + "/" + filepath.ToSlash(rel)
+			if !d.Type().IsRegular() {
+				skipped.Count++
+				if len(skipped.Entries) < MaxSkippedListed {
+					skipped.Entries = append(skipped.Entries, SkippedEntry{Path: rel, Type: skippedType(d.Type())})
+				}
+				return nil
+			}
+			jobs = append(jobs, job{local, rel})
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, skipped, err
 		}
 	}
 	out := make([]Source, len(jobs))
@@ -93,10 +143,10 @@ func Sources(paths ...string) ([]Source, error) {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, skipped, err
 		}
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // hashWorkers is how many files Sources hashes at once: SHA-256 is

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"meshtray/app"
+	"meshtray/files"
 )
 
 func (c *cli) sendCommand() *cobra.Command {
@@ -26,8 +27,9 @@ func (c *cli) sendCommand() *cobra.Command {
 		Long: `Send the files and folders at PATH to DEVICE, a paired device (its name, or
 its device ID or the first 7 or more characters of it; ` + "`meshtray devices`" + `
 lists them). A folder is sent as its files, with their paths inside it; links
-and special files are skipped. The node reads the files (give paths it can
-read) and streams them to the device over its pinned HTTPS connection.
+and special files in it are skipped, each named on stderr first. The node
+reads the files (give paths it can read) and streams them to the device over
+its pinned HTTPS connection.
 
 The device's owner is asked first (unless they chose "Always allow files from
 this device"); the files land in its receive folder (files.dir, by default the
@@ -38,7 +40,9 @@ device removes what it had received of unfinished files.
 Progress goes to stderr: a bar for each file under way and one for the whole
 transfer on a terminal, one line per file otherwise. At the end the saved
 files are printed (stdout): path on the device, size, SHA-256. --json prints
-the result object instead ({"task_id", "state", "message", "dir", "files"}).
+the result object instead ({"task_id", "state", "message", "dir", "files",
+and "skipped": {"count", "entries": [{"path", "type"}]} when entries were
+skipped).
 
 ` + sendExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -184,6 +188,12 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch ev.Type {
+	case app.SendEventSkipped:
+		if ev.Skipped != nil && ev.Skipped.Count > 0 {
+			p.clearLocked()
+			printSkipped(p.w, *ev.Skipped)
+			p.drawLocked(true)
+		}
 	case app.SendEventState:
 		if ev.State == "working" && ev.Message == "" {
 			return // approved; the receiver's "receiving …" follows at once
@@ -233,6 +243,28 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		}
 		b.Set64(ev.Done)
 		p.drawLocked(false)
+	}
+}
+
+// skippedShown bounds the skipped entries listed on stderr.
+const skippedShown = 20
+
+// printSkipped lists the entries of the folders that are not sent, one a
+// line (at most skippedShown, then how many more).
+func printSkipped(w io.Writer, sk files.Skipped) {
+	noun := "entries"
+	if sk.Count == 1 {
+		noun = "entry"
+	}
+	fmt.Fprintf(w, "skipped %d %s of the folders (links and special files are not sent):\n", sk.Count, noun)
+	for i, e := range sk.Entries {
+		if i == skippedShown {
+			break
+		}
+		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), e.Type)
+	}
+	if more := sk.Count - min(len(sk.Entries), skippedShown); more > 0 {
+		fmt.Fprintf(w, "  … and %d more\n", more)
 	}
 }
 
