@@ -166,6 +166,13 @@ func TestPhoneFiles(t *testing.T) {
 	if !slices.Equal(shown, []string{got[0].Result.Files[0].Path, got[0].Result.Files[1].Path}) {
 		t.Errorf("the page shows saved paths %q, want %s and %s", shown, got[0].Result.Files[0].Path, got[0].Result.Files[1].Path)
 	}
+	// The page names the folder, never its absolute path (the phone is not
+	// the computer's own screen): its name here, as recv is not under
+	// the home folder.
+	card := e.text("files-card")
+	if strings.Contains(card, recv) || !strings.Contains(card, "in "+filepath.Base(recv)+":") {
+		t.Errorf("the files card shows the receive folder as:\n%s", card)
+	}
 	// The name is shown as text, never as markup.
 	if n := phoneEval[int](e.b, `document.querySelectorAll("#files-card b").length`); n != 0 {
 		t.Errorf("a file name became markup: %d <b> elements", n)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,14 +390,17 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 		}
 	}
 	m := in.manifest
-	ex.Working(fmt.Sprintf("receiving %d file(s), %s, into %s", len(m.Files), humanize.IBytes(uint64(m.Total())), recv.Dir()))
+	dir := dirFor(caller, recv.Dir())
+	ex.Working(fmt.Sprintf("receiving %d file(s), %s, into %s", len(m.Files), humanize.IBytes(uint64(m.Total())), dir))
 	res, err := n.waitTransfer(ctx, tr)
 	if ctx.Err() != nil {
 		tr.Cancel()
 		return // the engine ends the task canceled
 	}
 	if len(res.Files) > 0 || err == nil {
-		if data, jerr := resultData(res); jerr == nil {
+		shown := res
+		shown.Dir = dir
+		if data, jerr := resultData(shown); jerr == nil {
 			ex.Artifact(resultArtifact, a2a.DataPart{Data: data})
 		}
 	}
@@ -405,7 +409,30 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 		return
 	}
 	n.noteReceived(caller, id, res)
-	ex.Complete(fmt.Sprintf("saved %d file(s) in %s", len(res.Files), res.Dir))
+	ex.Complete(fmt.Sprintf("saved %d file(s) in %s", len(res.Files), dir))
+}
+
+// dirFor is the receive folder dir as the sender p reads it: the absolute
+// path for one of the owner's meshtray devices (a grant with a device ID,
+// as the popup and the tray show it), else shownDir: a phone's page or an
+// agent is not the owner's own screen.
+func dirFor(p *pairing.Principal, dir string) string {
+	if p != nil && p.Grant.PeerID != "" {
+		return dir
+	}
+	return shownDir(dir)
+}
+
+// shownDir is dir without the absolute path: relative to the home folder
+// ("~/Downloads/meshtray"), else its name alone ("meshtray").
+func shownDir(dir string) string {
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
+		if rel, err := filepath.Rel(home, dir); err == nil && rel != "." && rel != ".." &&
+			!strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel) {
+			return "~" + string(filepath.Separator) + rel
+		}
+	}
+	return filepath.Base(dir)
 }
 
 // waitTransfer waits for tr to end, failing it when no byte arrived for

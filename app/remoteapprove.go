@@ -190,6 +190,9 @@ func remoteView(p *pairing.Principal, a Approval) RemoteApproval {
 		*f = textsafe.EscapeInvisible(*f)
 	}
 	a.Detail = textsafe.EscapeInvisibleText(a.Detail)
+	if a.Dir != "" {
+		a.Dir = dirFor(p, a.Dir) // a phone reads the folder's name, not its path
+	}
 	v := RemoteApproval{Approval: a, CanApprove: true, CanDeny: true, CanAlways: offersAlways(a)}
 	switch {
 	case ownRequest(p, a):

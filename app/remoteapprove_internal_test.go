@@ -2,6 +2,7 @@ package app
 
 import (
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -91,5 +92,30 @@ func TestRemoteDenialReason(t *testing.T) {
 	}
 	if what := (AuditEntry{Kind: "approval", Subject: "delegation: x", DecidedBy: "owner"}).What(); what != "delegation: x by owner" {
 		t.Errorf("the owner's approval: WHAT %q", what)
+	}
+}
+
+// TestShownDir: a receive folder as a phone or an agent reads it: relative
+// to the home folder, else its name; a meshtray device reads the path.
+func TestShownDir(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for dir, want := range map[string]string{
+		filepath.Join(home, "Downloads", "meshtray"): filepath.Join("~", "Downloads", "meshtray"),
+		"/srv/inbox":                       "inbox",
+		home:                               filepath.Base(home),
+		filepath.Join(home, "..", "other"): "other",
+	} {
+		if got := shownDir(dir); got != want {
+			t.Errorf("shownDir(%q) = %q, want %q", dir, got, want)
+		}
+	}
+	dir := filepath.Join(home, "Downloads", "meshtray")
+	a := Approval{Kind: KindFiles, GrantID: "g1", Dir: dir}
+	if v := remoteView(&pairing.Principal{Grant: pairing.Grant{ID: "gphone"}}, a); v.Dir != filepath.Join("~", "Downloads", "meshtray") {
+		t.Errorf("a phone reads the folder as %q", v.Dir)
+	}
+	if v := remoteView(&pairing.Principal{Grant: pairing.Grant{ID: "gdesk", PeerID: "DEVICEA-AAAAAAA"}}, a); v.Dir != dir {
+		t.Errorf("a meshtray device reads the folder as %q", v.Dir)
 	}
 }
