@@ -67,6 +67,19 @@ func TestCLIPolish(t *testing.T) {
 	if r := ptCLI(t, n, "status"); strings.Contains(r.Stdout, "logs") {
 		t.Errorf("status of serve shows a log dir:\n%s", r.Stdout)
 	}
+	// Status names the control socket, as daemon.json does.
+	d, err := app.ReadDaemonInfo(n.StateDir)
+	if err != nil || d.Socket == "" {
+		t.Fatalf("daemon.json: %+v %v", d, err)
+	}
+	if st.ControlSocket != d.Socket {
+		t.Errorf("status --json: control_socket %q, want %q", st.ControlSocket, d.Socket)
+	}
+	if r := ptCLI(t, n, "status"); !strings.Contains(r.Stdout, "control socket") || !strings.Contains(r.Stdout, d.Socket) {
+		t.Errorf("status does not show the control socket %s:\n%s", d.Socket, r.Stdout)
+	} else {
+		t.Logf("meshtray status:\n%s", r.Stdout)
+	}
 }
 
 func controlToken(t *testing.T, n *apptest.Node) string {

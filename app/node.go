@@ -67,6 +67,7 @@ type Node struct {
 	listeners        *listenerSet
 	osEnv            string
 	controlToken     string
+	controlSocket    string // the control socket's path (listenControl), "" without one
 	loopback         string // base URL of the loopback listener for the local owner (http)
 	loopbackTLS      string // the same listener for peers on this machine (https, pinned)
 
@@ -358,6 +359,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if ctlLn != nil {
 		n.listeners.serveControl(ctlLn)
 	}
+	n.controlSocket = ctlPath
 	if err := writeDaemonInfo(cfg.StateDir, DaemonInfo{PID: os.Getpid(), Port: cfg.Port, Token: n.controlToken, Socket: ctlPath}); err != nil {
 		return fmt.Errorf("write %s: %w", daemonFile, err)
 	}
@@ -709,6 +711,7 @@ func (n *Node) Status() Status {
 		PID:              os.Getpid(),
 		StateDir:         n.cfg.StateDir,
 		LogDir:           logDirOf(n.cfg.LogFile),
+		ControlSocket:    n.controlSocket,
 		A2A:              n.A2AStatus(),
 		LAN:              n.disc.LAN(),
 		Tailscale:        n.disc.TailscaleState().String(),

@@ -15,17 +15,21 @@ const AppID = "io.meshtray.app"
 
 // Status is the node at a glance (GET /status): what the tray menu renders.
 type Status struct {
-	Name        string    `json:"name"`
-	OS          string    `json:"os"`
-	DeviceID    string    `json:"device_id"`
-	Fingerprint string    `json:"fingerprint"`
-	Version     string    `json:"version"`
-	PID         int       `json:"pid"`
-	StateDir    string    `json:"state_dir"`
-	LogDir      string    `json:"log_dir"`
-	A2A         A2AStatus `json:"a2a"`
-	LAN         bool      `json:"lan"`
-	Tailscale   string    `json:"tailscale"` // tailnet state: running, not running, logged out, ...
+	Name        string `json:"name"`
+	OS          string `json:"os"`
+	DeviceID    string `json:"device_id"`
+	Fingerprint string `json:"fingerprint"`
+	Version     string `json:"version"`
+	PID         int    `json:"pid"`
+	StateDir    string `json:"state_dir"`
+	LogDir      string `json:"log_dir"`
+	// ControlSocket is the Unix-domain socket of the control surface
+	// (daemon.json names it too); "" where there is none (Windows: the
+	// loopback port with the control token).
+	ControlSocket string    `json:"control_socket"`
+	A2A           A2AStatus `json:"a2a"`
+	LAN           bool      `json:"lan"`
+	Tailscale     string    `json:"tailscale"` // tailnet state: running, not running, logged out, ...
 	// Listeners are the addresses serving right now ("loopback 127.0.0.1:47654").
 	Listeners        []ListenerStatus `json:"listeners"`
 	PendingApprovals int              `json:"pending_approvals"`

@@ -37,7 +37,7 @@ func (c *cli) idCommand() *cobra.Command {
 func (c *cli) statusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the running node: name, OS, A2A, listeners, approvals",
+		Short: "Show the running node: name, OS, A2A, listeners, control socket, approvals",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return show(c, cmd, (*app.Client).Status, func(st app.Status) error {
@@ -49,6 +49,9 @@ func (c *cli) statusCommand() *cobra.Command {
 				fmt.Fprintf(w, "tailscale\t%s\n", st.Tailscale)
 				for _, l := range st.Listeners {
 					fmt.Fprintf(w, "listening\t%s %s\n", l.Kind, l.URL)
+				}
+				if st.ControlSocket != "" {
+					fmt.Fprintf(w, "control socket\t%s\n", st.ControlSocket)
 				}
 				fmt.Fprintf(w, "approvals\t%d pending\n", st.PendingApprovals)
 				fmt.Fprintf(w, "peers\t%d online\n", st.OnlinePeers)
