@@ -64,6 +64,11 @@ type WaitingRestorer interface {
 // node stopped and that nothing could pick up again.
 const RestartedText = "the node restarted while this ran"
 
+// ShutdownText is the status message of a task the node's clean stop
+// ended canceled (what its open streams are told; the database keeps the
+// task as it was, so after the restart it ends as after a crash).
+const ShutdownText = "node shutting down"
+
 // flushDelay is how long a write-behind change waits, so that the changes
 // of a short turn (working, progress, artifacts) reach the database
 // together with its end, as one write, and a long one's progress in

@@ -181,7 +181,7 @@ type Server struct {
 
 var (
 	errCanceledByCaller = errors.New("canceled by the caller")
-	errShuttingDown     = errors.New("node shutting down")
+	errShuttingDown     = errors.New(ShutdownText)
 	errSwitchedOff      = errors.New("A2A switched off by the owner")
 	errDatabaseFailed   = errors.New("this device cannot write its task database; its owner restarts meshtray")
 )

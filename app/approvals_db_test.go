@@ -420,3 +420,29 @@ func TestRestoredFilesDecisionNotDecidedTwice(t *testing.T) {
 		t.Fatalf("asked again: %+v", n.approvals.List())
 	}
 }
+
+// TestRestoredFilesRunUnderTheGrant: a file transfer restored from the
+// database (its caller only the grant's id and name) and decided by the
+// files policy runs under the grant as it is now, as a delegation does:
+// the receiver tells a meshtray sender, by the grant's device, where the
+// files went.
+func TestRestoredFilesRunUnderTheGrant(t *testing.T) {
+	t.Parallel()
+	n, gr := approverNode(t)
+	n.cfg.Files = FilesConfig{Dir: t.TempDir(), KeepFree: 1}
+	n.startFiles()
+	db := openTestDB(t, "")
+	n.approvals.Close()
+	n.approvals, _ = dbQueue(t, db, time.Minute, nil)
+	if err := n.grants.SetFilesPolicy(gr.ID, pairing.PolicyAllow); err != nil {
+		t.Fatal(err)
+	}
+	sum := strings.Repeat("ab", 32)
+	msg := a2a.NewMessage(a2a.MessageRoleUser, announceParts(files.Manifest{Files: []files.Entry{{Name: "a.txt", Path: "a.txt", Size: 5, SHA256: sum, MediaType: "text/plain"}}})...)
+	restored := &pairing.Principal{Grant: pairing.Grant{ID: gr.ID, Name: gr.Name}}
+	d := taskApprover{n}.ApproveTask(context.Background(), agent.TaskApproval{TaskID: "tf", Caller: restored, Message: msg, Summary: "send 1 file",
+		Deadline: time.Now().Add(time.Minute), Queued: func() {}})
+	if !d.Approved || d.Caller == nil || !d.Caller.Grant.Scopes.Has(pairing.ScopeAgent) {
+		t.Fatalf("the restored transfer approved by policy: %+v (caller %+v)", d, d.Caller)
+	}
+}

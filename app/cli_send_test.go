@@ -2,15 +2,20 @@ package app_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	agent "meshtray/a2a"
 	"meshtray/app"
 	"meshtray/app/apptest"
+	"meshtray/store"
 )
 
 // What `meshtray send` prints, between two real nodes paired on loopback.
@@ -80,4 +85,72 @@ func grantOf(t *testing.T, n *apptest.Node, name string) string {
 	}
 	t.Fatalf("no grant issued to %q", name)
 	return ""
+}
+
+// TestSendReceiverRestarts: the receiving node stops mid-transfer and
+// starts again. Killed (a crash) once the transfer was working on its
+// disk, meshtray send ends failed (exit 10), saying in the sender's words
+// that the device restarted and to send again; stopped cleanly (an
+// update, a reboot), it ends canceled (exit 11), saying the device shut
+// down. Either way the partial file is gone from the receive folder.
+func TestSendReceiverRestarts(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		kill bool
+		code int
+		want string
+	}{
+		{"killed", true, 10, "failed: " + app.ReceiverRestartedText},
+		{"stopped", false, 11, "canceled: " + app.ReceiverShutDownText},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			ln.Close()
+			bopts := apptest.Options{Name: "bee", Keychain: "file", StateDir: t.TempDir(), Args: []string{"--port", port}}
+			b := apptest.StartNode(t, bopts)
+			a := apptest.StartNode(t, apptest.Options{Name: "ant", Keychain: "file"})
+			pairNodes(t, a, b)
+			mustCLI(t, b, "a2a", "on")
+			mustCLI(t, b, "grant", "set", grantOf(t, b, "ant"), "--files", "allow")
+
+			run := startCLI(t, a, "send", "bee", sparseFile(t, 1<<30))
+			apptest.WaitFor(t, 60*time.Second, "a partial file on the receiver", func() bool {
+				m, _ := filepath.Glob(filepath.Join(b.FilesDir, ".*.meshtray-partial"))
+				return len(m) > 0
+			})
+			if c.kill {
+				// The database says working (read beside the node, as
+				// another SQLite reader), then the crash.
+				db, err := sql.Open("sqlite", "file:"+filepath.Join(bopts.StateDir, store.DefaultFile)+"?mode=ro")
+				if err != nil {
+					t.Fatal(err)
+				}
+				apptest.WaitFor(t, 30*time.Second, "the transfer working on the receiver's disk", func() bool {
+					var n int
+					return db.QueryRow("SELECT count(*) FROM tasks WHERE state = ?", string(store.StateWorking)).Scan(&n) == nil && n == 1
+				})
+				db.Close()
+				if err := b.Cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				b.Wait(10 * time.Second)
+			} else {
+				b.Stop()
+			}
+			b = apptest.StartNode(t, bopts)
+			r := run.wait(t, 4*time.Minute)
+			t.Logf("meshtray send, the receiver %s and started again: exit %d\nstdout:\n%s\nstderr:\n%s", c.name, r.Code, r.Stdout, r.Stderr)
+			if r.Code != c.code || strings.Count(r.Stderr, c.want) != 1 ||
+				strings.Contains(r.Stderr, agent.RestartedText) || strings.Contains(r.Stderr, ": node shutting down") {
+				t.Fatalf("exit %d, want %d with %q; stderr:\n%s", r.Code, c.code, c.want, r.Stderr)
+			}
+			if m, _ := filepath.Glob(filepath.Join(b.FilesDir, ".*.meshtray-partial")); len(m) != 0 {
+				t.Errorf("partial files left after the restart: %v", m)
+			}
+		})
+	}
 }

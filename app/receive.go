@@ -301,6 +301,7 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 	a.TaskID = string(t.TaskID)
 	a.Expires = t.Deadline // the engine's, kept across a restart
 	if dec, ok := n.decideByPolicy(a, g.FilesPolicy, fmt.Sprintf("files from %q are refused by policy", g.Name)); ok {
+		dec.Caller = withGrant(t.Caller, g) // a transfer restored from the database runs under the grant as it is now
 		return dec
 	}
 	a.Detail = truncate(agent.MessageText(t.Message), maxDetail)
@@ -332,7 +333,7 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 			}
 		}
 	}
-	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason}
+	return agent.Decision{Approved: d.Approved(), ByOwner: d.ByOwner, Reason: d.Reason, Caller: withGrant(t.Caller, g)}
 }
 
 // boundRunes cuts s to n runes with "…".

@@ -313,7 +313,11 @@ func (s *sendRun) run(ctx context.Context) (SendResult, error) {
 		}
 	}
 	res := s.outcome()
-	if upErr != nil && res.State != string(a2a.TaskStateCompleted) {
+	if upErr != nil && res.State == string(a2a.TaskStateCanceled) {
+		// The upload gave up and canceled the task: its error is why. A
+		// task the receiver ended itself (failed: it restarted; rejected)
+		// says why in its own message, and the upload's error (a 404
+		// from a receiver that no longer knows the transfer) adds noise.
 		res.Message = strings.TrimSpace(res.Message + " (sending: " + upErr.Error() + ")")
 	}
 	return res, nil
@@ -457,16 +461,24 @@ func (s *sendRun) takeArtifactLocked(art *a2a.Artifact) {
 func statusText(state a2a.TaskState, m *a2a.Message) string {
 	text := strings.ReplaceAll(agent.MessageText(m), "\n", " ")
 	text = strings.TrimPrefix(text, string(state)+": ")
-	if state == a2a.TaskStateFailed && strings.HasPrefix(text, agent.RestartedText) {
+	switch {
+	case state == a2a.TaskStateFailed && strings.HasPrefix(text, agent.RestartedText):
 		text = ReceiverRestartedText + strings.TrimPrefix(text, agent.RestartedText)
+	case state == a2a.TaskStateCanceled && text == agent.ShutdownText:
+		text = ReceiverShutDownText
 	}
 	return truncate(text, 1024)
 }
 
 // ReceiverRestartedText is what a sender reads when the receiving node
-// restarted during the transfer: the receiver's task ended failed and its
-// partial files are removed, so a new send starts over.
-const ReceiverRestartedText = "the receiving device restarted during the transfer and removed what it had received: send again (it starts over)"
+// restarted during the transfer (a crash, a kill): the receiver's task
+// ended failed and its partial files are removed, so a new send starts
+// over. ReceiverShutDownText is the same for a clean stop (an update, a
+// reboot), which the sender hears as it happens.
+const (
+	ReceiverRestartedText = "the receiving device restarted during the transfer and removed what it had received: send again (it starts over)"
+	ReceiverShutDownText  = "the receiving device shut down during the transfer and removes what it had received: send again once it is back (it starts over)"
+)
 
 // outcome is the SendResult of what was seen.
 func (s *sendRun) outcome() SendResult {

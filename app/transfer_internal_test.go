@@ -155,6 +155,7 @@ func TestSendStatusText(t *testing.T) {
 	}{
 		{a2a.TaskStateRejected, msg("rejected: denied by the owner"), "denied by the owner"},
 		{a2a.TaskStateFailed, msg(agent.RestartedText), ReceiverRestartedText},
+		{a2a.TaskStateCanceled, msg(agent.ShutdownText), ReceiverShutDownText},
 		{a2a.TaskStateWorking, msg("receiving 1 file(s)", "into x"), "receiving 1 file(s) into x"},
 		{a2a.TaskStateFailed, msg("rejected: not a prefix of failed"), "rejected: not a prefix of failed"},
 		{a2a.TaskStateCompleted, nil, ""},
