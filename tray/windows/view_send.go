@@ -198,6 +198,18 @@ func (v *sendView) finished(res app.SendResult, err error) {
 			}
 			b.WriteString(f.Path + "\n")
 		}
+		if sk := res.Skipped; sk != nil && sk.Count > 0 {
+			fmt.Fprintf(&b, "\nNot sent, %d links or special files:\n", sk.Count)
+			for i, e := range sk.Entries {
+				if i == maxSendRows {
+					break
+				}
+				b.WriteString(e.Path + " (" + e.Type + ")\n")
+			}
+			if more := sk.Count - min(len(sk.Entries), maxSendRows); more > 0 {
+				fmt.Fprintf(&b, "… and %d more\n", more)
+			}
+		}
 		v.result.SetText(strings.TrimSpace(b.String()))
 		v.result.Show()
 		v.paths = nil

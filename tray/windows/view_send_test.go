@@ -1,10 +1,15 @@
 package windows
 
 import (
+	"strings"
 	"testing"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/storage"
+	"fyne.io/fyne/v2/test"
+
+	"meshtray/app"
+	"meshtray/files"
 )
 
 func TestSendStateText(t *testing.T) {
@@ -26,5 +31,18 @@ func TestDroppedPaths(t *testing.T) {
 	got := droppedPaths([]fyne.URI{storage.NewFileURI("/home/ada/a b.txt"), web, nil, storage.NewFileURI("/tmp/dir")})
 	if len(got) != 2 || got[0] != "/home/ada/a b.txt" || got[1] != "/tmp/dir" {
 		t.Errorf("droppedPaths = %q", got)
+	}
+}
+
+// TestSendViewListsSkipped: the window's result names the links and
+// special files the folders held, which were not sent.
+func TestSendViewListsSkipped(t *testing.T) {
+	test.NewTempApp(t)
+	v := newSendView("desk", sendCallbacks{})
+	v.finished(app.SendResult{State: "completed", Dir: "/d", Files: []files.Saved{{Path: "Trip/a.txt"}},
+		Skipped: &files.Skipped{Count: 2, Entries: []files.SkippedEntry{{Path: "Trip/l1", Type: "symbolic link"}, {Path: "Trip/p", Type: "named pipe"}}}}, nil)
+	got := v.result.Text
+	if !strings.Contains(got, "Not sent, 2 links or special files:\nTrip/l1 (symbolic link)\nTrip/p (named pipe)") {
+		t.Errorf("result:\n%s", got)
 	}
 }
