@@ -92,8 +92,10 @@ skipped).
 	return cmd
 }
 
-const sendExitHelp = `Exit codes: 0 every file saved, 10 failed, 11 canceled, 12 rejected (the
-owner or a policy of the device refused, or the device cannot take the files);
+const sendExitHelp = `Exit codes: 0 every file saved, 10 failed (the device restarted during the
+transfer, among others), 11 canceled (Ctrl-C, or the device shut down),
+12 rejected (the owner or a policy of the device refused, or the device
+cannot take the files);
 1 when nothing could be sent (unknown device, unreadable path, device
 unreachable), 4 when no node runs.`
 
