@@ -248,24 +248,19 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 	}
 }
 
-// skippedShown bounds the skipped entries listed on stderr.
-const skippedShown = 20
-
 // printSkipped lists the entries of the folders that are not sent, one a
-// line (at most skippedShown, then how many more).
+// line (the node lists the first files.MaxSkippedListed, then says how
+// many more).
 func printSkipped(w io.Writer, sk files.Skipped) {
 	noun := "entries"
 	if sk.Count == 1 {
 		noun = "entry"
 	}
 	fmt.Fprintf(w, "skipped %d %s of the folders (links and special files are not sent):\n", sk.Count, noun)
-	for i, e := range sk.Entries {
-		if i == skippedShown {
-			break
-		}
-		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), e.Type)
+	for _, e := range sk.Entries {
+		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), oneLine(e.Type, 40))
 	}
-	if more := sk.Count - min(len(sk.Entries), skippedShown); more > 0 {
+	if more := sk.Count - len(sk.Entries); more > 0 {
 		fmt.Fprintf(w, "  … and %d more\n", more)
 	}
 }
