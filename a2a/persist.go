@@ -234,9 +234,6 @@ func (s *Server) writeLocked(t *task) bool {
 		return false
 	}
 	t.stored = true
-	if t.status.State.Terminal() {
-		t.hist, t.histN = nil, 0 // written for good: the cache is of no use
-	}
 	return true
 }
 
@@ -272,28 +269,23 @@ func (t *task) recordLocked() (store.Task, error) {
 	if t.status.State == a2a.TaskStateSubmitted {
 		r.ApprovalDeadline = t.deadline
 	}
+	// The JSON cache (taskjson.go): each message and artifact is encoded
+	// once, for this record and the task's answers.
 	var err error
-	if r.Status, err = json.Marshal(t.status); err != nil {
-		return r, fmt.Errorf("status: %w", err)
+	if r.Status, err = t.statusJSONLocked(); err != nil {
+		return r, err
 	}
-	// History only grows: encode the new messages onto the cached JSON.
-	for _, m := range t.history[t.histN:] {
-		b, err := json.Marshal(m)
-		if err != nil {
-			return r, fmt.Errorf("history: %w", err)
-		}
-		if t.histN > 0 {
-			t.hist = append(t.hist, ',')
-		}
-		t.hist = append(t.hist, b...)
-		t.histN++
+	hist, err := t.historyJSONLocked(0)
+	if err != nil {
+		return r, err
 	}
-	r.History = make([]byte, 0, len(t.hist)+2)
-	r.History = append(append(append(r.History, '['), t.hist...), ']')
+	r.History = joinJSON(hist)
 	if len(t.artifacts) > 0 {
-		if r.Artifacts, err = json.Marshal(t.artifacts); err != nil {
-			return r, fmt.Errorf("artifacts: %w", err)
+		arts, err := t.artifactsJSONLocked()
+		if err != nil {
+			return r, err
 		}
+		r.Artifacts = joinJSON(arts)
 	}
 	// Encoded by SetValue (the executor may be changing the value now).
 	r.ExecState = t.valueJSON
@@ -352,11 +344,8 @@ func (s *Server) taskFromRecord(r store.Task) (*task, error) {
 		}
 		t.history = append(t.history, m)
 		if live { // a live task is written again: keep its history's JSON
-			if t.histN > 0 {
-				t.hist = append(t.hist, ',')
-			}
-			t.hist = append(t.hist, raw...)
-			t.histN++
+			t.json.msgs = append(t.json.msgs, raw)
+			t.json.size += len(raw)
 		}
 		t.bytes += int64(len(raw))
 	}
