@@ -175,7 +175,7 @@ func (s *Store) await(o *op) error {
 			return <-o.done
 		}
 		s.runBatch(batch)
-		s.afterBatch(len(batch), false)
+		s.afterBatch(len(batch))
 	}
 }
 
@@ -288,15 +288,7 @@ func (s *Store) Commit(ctx context.Context) error {
 func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*op, 0, maxBatch)
-	for {
-		select {
-		case <-s.kick:
-		case <-s.ckpt:
-			s.wmu.Lock()
-			s.afterBatch(0, true)
-			s.wmu.Unlock()
-			continue
-		}
+	for range s.kick {
 		s.wmu.Lock()
 		// Let the callers that are runnable now queue their writes too:
 		// one yield turns a stream of single-write commits from many
@@ -309,7 +301,7 @@ func (s *Store) writer() {
 				break
 			}
 			s.runBatch(batch)
-			s.afterBatch(len(batch), true)
+			s.afterBatch(len(batch))
 		}
 		s.wmu.Unlock()
 		if closed {
@@ -318,31 +310,58 @@ func (s *Store) writer() {
 	}
 }
 
-// afterBatch counts n writes and checkpoints the WAL (copies it into the
-// database file) when it is due: on the writer goroutine when the queue is
-// idle, not inside a commit someone waits for (a leading caller asks the
-// writer goroutine instead); under a load that never idles, at
-// checkpointHard writes wherever. The caller holds wmu.
-func (s *Store) afterBatch(n int, writer bool) {
+// afterBatch counts n writes and has the WAL checkpointed (copied into the
+// database file) when it is due: every checkpointSoft writes by the
+// checkpointer goroutine, beside the writes; after checkpointHard writes
+// with no complete checkpoint (a load that never leaves the WAL fully
+// copied, so SQLite never restarts it from its start), here, on the writer
+// connection, so the WAL stays bounded. The caller holds wmu.
+func (s *Store) afterBatch(n int) {
 	s.pendingFrames += n
-	due := s.pendingFrames >= checkpointSoft && len(s.ops) == 0
-	if !(writer && due) && s.pendingFrames < checkpointHard {
-		if due {
-			select {
-			case s.ckpt <- struct{}{}:
-			default:
-			}
+	s.sinceFull += n
+	if s.ckptFull.Swap(false) {
+		s.sinceFull = n
+	}
+	if s.sinceFull >= checkpointHard {
+		s.sinceFull, s.pendingFrames = 0, 0
+		var busy, logFrames, done int
+		if err := s.wc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &done); err != nil {
+			s.log.Warn("WAL checkpoint failed", "err", err)
 		}
 		return
 	}
-	s.pendingFrames = 0
-	if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-		s.log.Warn("WAL checkpoint failed", "err", err)
+	if s.pendingFrames >= checkpointSoft {
+		select {
+		case s.ckpt <- struct{}{}:
+			s.pendingFrames = 0
+		default: // one is running or asked for
+		}
 	}
 }
 
-// Checkpoint thresholds, in writes since the last checkpoint (SQLite's
-// own automatic checkpoint is off: it would run inside a commit).
+// checkpointer is the goroutine that checkpoints the WAL on its own
+// connection: in WAL mode a checkpoint runs beside the writer and the
+// readers (PRAGMA wal_checkpoint(PASSIVE) waits for none of them; SQLite's
+// "Write-Ahead Logging", "Checkpointing"), so no write waits for the copy
+// and its syncs. It reports a checkpoint that copied the whole WAL
+// (ckptFull). Close closes ckpt.
+func (s *Store) checkpointer() {
+	defer close(s.ckptDone)
+	for range s.ckpt {
+		var busy, logFrames, done int
+		err := s.cc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &done)
+		if err != nil {
+			s.log.Warn("WAL checkpoint failed", "err", err)
+			continue
+		}
+		if busy == 0 && logFrames == done {
+			s.ckptFull.Store(true)
+		}
+	}
+}
+
+// Checkpoint thresholds, in writes (SQLite's own automatic checkpoint is
+// off: it would run inside a commit someone waits for).
 const (
 	checkpointSoft = 256
 	checkpointHard = 4096
