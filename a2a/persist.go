@@ -196,6 +196,25 @@ func (s *Server) durableLocked(t *task) {
 	}
 }
 
+// revealLocked readies live task t for a list: the caller is about to hand
+// t's id to someone who may not have had it from t's own answer
+// (ListTasks), and t must then be in the file, as an early id is
+// (create). A blocking send's task is not in the store while it runs (it
+// is written first at its end: one write for a short task) and a later
+// change may be queued but not yet committed: revealLocked writes t if it
+// is not stored and reports that the caller must commit
+// (TaskStore.Commit) before it answers. A terminal task was committed
+// before anyone could read its state. The caller holds t.mu.
+func (s *Server) revealLocked(t *task) bool {
+	if s.db == nil || s.frozen.Load() || !t.liveLocked() {
+		return false
+	}
+	if !t.stored {
+		s.writeLocked(t)
+	}
+	return true
+}
+
 // writeLocked writes t's current state (CreateTask the first time, then
 // UpdateTask) and reports success; a failure is logged: the task goes on in
 // memory, and the database keeps its last written state. The caller holds
