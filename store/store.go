@@ -202,14 +202,13 @@ type Store struct {
 	// wmu is held by whoever runs a batch on wc: the writer goroutine or a
 	// leading caller (await).
 	wmu           sync.Mutex
-	pendingFrames int // writes since the last checkpoint asked for; guarded by wmu
-	sinceFull     int // writes since the last complete checkpoint; guarded by wmu
+	pendingFrames int // writes since the last checkpoint; guarded by wmu
 	// The checkpointer goroutine (afterBatch) and its connection: ckpt
-	// asks it for a checkpoint, ckptFull reports one that copied the whole
-	// WAL, ckptDone is closed when it has stopped.
+	// asks it for a checkpoint, catchUp asks the writer for its own after
+	// one, ckptDone is closed when it has stopped.
 	cc       *sql.Conn
 	ckpt     chan struct{}
-	ckptFull atomic.Bool
+	catchUp  atomic.Bool
 	ckptDone chan struct{}
 	kick     chan struct{} // wakes the writer goroutine to drain the queue
 

@@ -311,21 +311,21 @@ func (s *Store) writer() {
 }
 
 // afterBatch counts n writes and has the WAL checkpointed (copied into the
-// database file) when it is due: every checkpointSoft writes by the
-// checkpointer goroutine, beside the writes; after checkpointHard writes
-// with no complete checkpoint (a load that never leaves the WAL fully
-// copied, so SQLite never restarts it from its start), here, on the writer
-// connection, so the WAL stays bounded. The caller holds wmu.
+// database file) when it is due. Every checkpointSoft writes the
+// checkpointer goroutine copies it, beside the writes: the bulk of the
+// pages and the syncs cost no writer anything. Writes committed meanwhile
+// keep the WAL from being copied whole, and SQLite restarts the WAL from
+// its start only once it was (SQLite's "Write-Ahead Logging", "Avoiding
+// Excessively Large WAL Files"); so the next batch end after it catches up
+// here, on the writer connection, copying only what came meanwhile, and
+// the WAL stays at about checkpointSoft writes. After checkpointHard
+// writes with no checkpoint done (the checkpointer failing), it
+// checkpoints here whatever the size. The caller holds wmu.
 func (s *Store) afterBatch(n int) {
 	s.pendingFrames += n
-	s.sinceFull += n
-	if s.ckptFull.Swap(false) {
-		s.sinceFull = n
-	}
-	if s.sinceFull >= checkpointHard {
-		s.sinceFull, s.pendingFrames = 0, 0
-		var busy, logFrames, done int
-		if err := s.wc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &done); err != nil {
+	if s.catchUp.Swap(false) || s.pendingFrames >= checkpointHard {
+		s.pendingFrames = 0
+		if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
 			s.log.Warn("WAL checkpoint failed", "err", err)
 		}
 		return
@@ -341,22 +341,17 @@ func (s *Store) afterBatch(n int) {
 
 // checkpointer is the goroutine that checkpoints the WAL on its own
 // connection: in WAL mode a checkpoint runs beside the writer and the
-// readers (PRAGMA wal_checkpoint(PASSIVE) waits for none of them; SQLite's
-// "Write-Ahead Logging", "Checkpointing"), so no write waits for the copy
-// and its syncs. It reports a checkpoint that copied the whole WAL
-// (ckptFull). Close closes ckpt.
+// readers (PRAGMA wal_checkpoint(PASSIVE) waits for none of them), so no
+// write waits for the copy and its syncs. Once done, it asks the writer to
+// catch up (afterBatch). Close closes ckpt.
 func (s *Store) checkpointer() {
 	defer close(s.ckptDone)
 	for range s.ckpt {
-		var busy, logFrames, done int
-		err := s.cc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &done)
-		if err != nil {
+		if _, err := s.cc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
 			s.log.Warn("WAL checkpoint failed", "err", err)
 			continue
 		}
-		if busy == 0 && logFrames == done {
-			s.ckptFull.Store(true)
-		}
+		s.catchUp.Store(true)
 	}
 }
 
