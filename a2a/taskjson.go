@@ -78,17 +78,26 @@ func (t *task) artifactsJSONLocked() ([][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("artifacts: %w", err)
 		}
-		if i < len(c.arts) {
-			c.size -= len(c.arts[i].b)
-			c.arts[i] = artJSON{a, b}
-		} else {
-			c.arts = append(c.arts, artJSON{a, b})
-		}
-		c.size += len(b)
 		out[i] = b
+		if i < len(c.arts) {
+			for _, e := range c.arts[i:] {
+				c.size -= len(e.b)
+			}
+			c.arts = c.arts[:i]
+		}
+		if i == len(c.arts) && c.size+len(b) <= maxArtifactCache {
+			c.arts = append(c.arts, artJSON{a, b})
+			c.size += len(b)
+		}
 	}
 	return out, nil
 }
+
+// maxArtifactCache bounds the cache (messages included) up to which
+// artifacts are cached too: past it, a task's further artifacts are
+// encoded at each write, so a task with large artifacts holds them once in
+// memory, as a task without a store does.
+const maxArtifactCache = 1 << 20
 
 // statusJSONLocked returns the JSON of the task's status.
 func (t *task) statusJSONLocked() ([]byte, error) {

@@ -3,6 +3,7 @@ package a2a
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,15 @@ func TestTaskJSONCacheMatchesSnapshot(t *testing.T) {
 	tk.artifacts[0] = &na
 	tk.artifacts = append(tk.artifacts, &a2a.Artifact{ID: "a2", Parts: a2a.ContentParts{a2a.TextPart{Text: "second"}}})
 	check("replaced and added artifacts", -1)
+	// Past maxArtifactCache, artifacts are encoded at each use, not kept.
+	big := &a2a.Artifact{ID: "big", Parts: a2a.ContentParts{a2a.TextPart{Text: strings.Repeat("x", maxArtifactCache)}}}
+	tk.artifacts = append(tk.artifacts, big, &a2a.Artifact{ID: "after", Parts: a2a.ContentParts{a2a.TextPart{Text: "small"}}})
+	check("an artifact over the cache bound", -1)
+	if tk.json.size > maxArtifactCache || len(tk.json.arts) != 2 {
+		t.Fatalf("cache holds %d bytes, %d artifacts; want the big one and those after it left out", tk.json.size, len(tk.json.arts))
+	}
+	check("an artifact over the cache bound, again", -1)
+	tk.artifacts = tk.artifacts[:2]
 	tk.setStatusLocked(a2a.TaskStateInputRequired, agentMessage("which one?"), now.Add(2*time.Second))
 	check("input-required", 0)
 	tk.history = append(tk.history, tk.status.Message, &a2a.Message{ID: "m3", Role: a2a.MessageRoleUser, Parts: a2a.ContentParts{a2a.TextPart{Text: "this one"}}})
