@@ -122,8 +122,10 @@ func (s *Server) onList(c *call) {
 	end := min(start+size, len(rows))
 
 	resp := a2av1.ListTasksResponse{Tasks: make([]*a2av1.Task, 0, end-start), TotalSize: len(rows), PageSize: size}
+	commit := false
 	for _, r := range rows[start:end] {
 		r.t.mu.Lock()
+		commit = s.revealLocked(r.t) || commit
 		snap := r.t.snapshotLocked(hl)
 		r.t.mu.Unlock()
 		if !req.IncludeArtifacts {
@@ -144,6 +146,13 @@ func (s *Server) onList(c *call) {
 	if err != nil {
 		c.fail(err)
 		return
+	}
+	if commit {
+		if err := s.db.Commit(c.r.Context()); err != nil {
+			s.log.Error("listed tasks not committed to the database", "err", err)
+			c.fail(fmt.Errorf("%w: %w", ErrUnavailable, errDatabaseFailed))
+			return
+		}
 	}
 	writeJSON(c.w, c.ver, c.id, data, nil)
 }

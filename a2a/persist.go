@@ -201,6 +201,25 @@ func (s *Server) durableLocked(t *task) {
 	}
 }
 
+// revealLocked readies live task t for a list: the caller is about to hand
+// t's id to someone who may not have had it from t's own answer
+// (ListTasks), and t must then be in the file, as an early id is
+// (create). A blocking send's task is not in the store while it runs (it
+// is written first at its end: one write for a short task) and a later
+// change may be queued but not yet committed: revealLocked writes t if it
+// is not stored and reports that the caller must commit
+// (TaskStore.Commit) before it answers. A terminal task was committed
+// before anyone could read its state. The caller holds t.mu.
+func (s *Server) revealLocked(t *task) bool {
+	if s.db == nil || s.frozen.Load() || !t.liveLocked() {
+		return false
+	}
+	if !t.stored {
+		s.writeLocked(t)
+	}
+	return true
+}
+
 // writeLocked writes t's current state (CreateTask the first time, then
 // UpdateTask) and reports success; a failure is logged: the task goes on in
 // memory, and the database keeps its last written state. The caller holds
@@ -239,9 +258,6 @@ func (s *Server) writeLocked(t *task) bool {
 		return false
 	}
 	t.stored = true
-	if t.status.State.Terminal() {
-		t.hist, t.histN = nil, 0 // written for good: the cache is of no use
-	}
 	return true
 }
 
@@ -277,28 +293,23 @@ func (t *task) recordLocked() (store.Task, error) {
 	if t.status.State == a2a.TaskStateSubmitted {
 		r.ApprovalDeadline = t.deadline
 	}
+	// The JSON cache (taskjson.go): each message and artifact is encoded
+	// once, for this record and the task's answers.
 	var err error
-	if r.Status, err = json.Marshal(t.status); err != nil {
-		return r, fmt.Errorf("status: %w", err)
+	if r.Status, err = t.statusJSONLocked(); err != nil {
+		return r, err
 	}
-	// History only grows: encode the new messages onto the cached JSON.
-	for _, m := range t.history[t.histN:] {
-		b, err := json.Marshal(m)
-		if err != nil {
-			return r, fmt.Errorf("history: %w", err)
-		}
-		if t.histN > 0 {
-			t.hist = append(t.hist, ',')
-		}
-		t.hist = append(t.hist, b...)
-		t.histN++
+	hist, err := t.historyJSONLocked(0)
+	if err != nil {
+		return r, err
 	}
-	r.History = make([]byte, 0, len(t.hist)+2)
-	r.History = append(append(append(r.History, '['), t.hist...), ']')
+	r.History = joinJSON(hist)
 	if len(t.artifacts) > 0 {
-		if r.Artifacts, err = json.Marshal(t.artifacts); err != nil {
-			return r, fmt.Errorf("artifacts: %w", err)
+		arts, err := t.artifactsJSONLocked()
+		if err != nil {
+			return r, err
 		}
+		r.Artifacts = joinJSON(arts)
 	}
 	// Encoded by SetValue (the executor may be changing the value now).
 	r.ExecState = t.valueJSON
@@ -357,11 +368,8 @@ func (s *Server) taskFromRecord(r store.Task) (*task, error) {
 		}
 		t.history = append(t.history, m)
 		if live { // a live task is written again: keep its history's JSON
-			if t.histN > 0 {
-				t.hist = append(t.hist, ',')
-			}
-			t.hist = append(t.hist, raw...)
-			t.histN++
+			t.json.msgs = append(t.json.msgs, raw)
+			t.json.size += len(raw)
 		}
 		t.bytes += int64(len(raw))
 	}

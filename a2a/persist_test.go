@@ -538,3 +538,79 @@ func TestFailedDatabaseRefusesWork(t *testing.T) {
 		t.Fatalf("a send after the database failed: %v", err)
 	}
 }
+
+// TestListedTaskCommittedBeforeItsID: a blocking send's task is written
+// to the database first at its end (one write for a short task), since
+// its caller gets its id only with the settled state; but ListTasks shows
+// the ids of the owner's running tasks too, so a listed task is committed
+// before the list answers. Another connection holds SQLite's write lock
+// meanwhile: the list must wait for it, and the row is in the file, read
+// by that other connection, when the list comes.
+func TestListedTaskCommittedBeforeItsID(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), store.DefaultFile)
+	db := openStore(t, path, store.Options{})
+	x := &scriptExecutor{started: make(chan a2a.TaskID, 1)}
+	env := newEnv(t, Options{Store: db, Executor: x})
+	raw, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ctx := context.Background()
+	conn, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := env.client(t, tokA).SendMessage(ctx, &a2a.MessageSendParams{Message: userMsg("sleep")})
+		sent <- err
+	}()
+	id := <-x.started
+	listed := make(chan []string, 1)
+	go func() {
+		res, err := env.clientV1(t, tokA).ListTasks(ctx, &a2av1.ListTasksRequest{})
+		if err != nil {
+			t.Error(err)
+			listed <- nil
+			return
+		}
+		var ids []string
+		for _, tk := range res.Tasks {
+			ids = append(ids, string(tk.ID))
+		}
+		listed <- ids
+	}()
+	select {
+	case ids := <-listed:
+		t.Fatalf("ListTasks answered %v while the database could not commit the running task", ids)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	select {
+	case ids = <-listed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no list once the database was free")
+	}
+	if len(ids) != 1 || ids[0] != string(id) {
+		t.Fatalf("listed %v, want the running task %s", ids, id)
+	}
+	var state string
+	if err := raw.QueryRowContext(ctx, "SELECT state FROM tasks WHERE id = ?", string(id)).Scan(&state); err != nil || state != string(store.StateWorking) {
+		t.Fatalf("task %s in the file when the list came: %q %v", id, state, err)
+	}
+	if _, err := env.client(t, tokA).CancelTask(ctx, &a2a.TaskIDParams{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -78,13 +78,13 @@ type task struct {
 
 	// Persistence (Options.Store), guarded by mu: stored once the store
 	// took the task's row; dirty while a change waits for the write-behind
-	// flusher (queued says it is in its list); hist caches the JSON of
-	// history[:histN], comma-joined (history only grows).
+	// flusher (queued says it is in its list).
 	stored bool
 	dirty  bool
 	queued bool
-	hist   []byte
-	histN  int
+	// json caches the JSON of the task's parts for its record and its
+	// 0.3 answers (taskjson.go).
+	json taskJSON
 	// lazy holds a restored terminal task's history and artifacts as
 	// stored, until its first snapshot decodes them.
 	lazy *lazyTask
@@ -180,6 +180,9 @@ func (t *task) setStatusLocked(state a2a.TaskState, msg *a2a.Message, now time.T
 	// is on disk before anyone reads it (persistLocked).
 	if t.srv != nil {
 		t.srv.persistLocked(t, final)
+	}
+	if state.Terminal() && t.json.size > keepJSON {
+		t.dropJSONLocked()
 	}
 	return true
 }

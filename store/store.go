@@ -202,9 +202,15 @@ type Store struct {
 	// wmu is held by whoever runs a batch on wc: the writer goroutine or a
 	// leading caller (await).
 	wmu           sync.Mutex
-	pendingFrames int           // writes since the last checkpoint; guarded by wmu
-	ckpt          chan struct{} // a leading caller asks the writer goroutine to checkpoint
-	kick          chan struct{} // wakes the writer goroutine to drain the queue
+	pendingFrames int // writes since the last checkpoint; guarded by wmu
+	// The checkpointer goroutine (afterBatch) and its connection: ckpt
+	// asks it for a checkpoint, catchUp asks the writer for its own after
+	// one, ckptDone is closed when it has stopped.
+	cc       *sql.Conn
+	ckpt     chan struct{}
+	catchUp  atomic.Bool
+	ckptDone chan struct{}
+	kick     chan struct{} // wakes the writer goroutine to drain the queue
 
 	// st is the writer's state; only the writer goroutine touches it
 	// after Open.
@@ -259,8 +265,8 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	db.SetMaxOpenConns(5) // the writer and 4 readers
-	db.SetMaxIdleConns(5)
+	db.SetMaxOpenConns(6) // the writer, the checkpointer and 4 readers
+	db.SetMaxIdleConns(6)
 	db.SetConnMaxIdleTime(0)
 	s := &Store{
 		path: abs,
@@ -270,8 +276,10 @@ func Open(path string, opts Options) (*Store, error) {
 		ops:  make(chan *op, 1024),
 		done: make(chan struct{}),
 		ckpt: make(chan struct{}, 1),
-		kick: make(chan struct{}, 1),
-		subs: make(map[chan struct{}]struct{}),
+
+		ckptDone: make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		subs:     make(map[chan struct{}]struct{}),
 
 		wstmts: make(map[string]*sql.Stmt),
 	}
@@ -290,7 +298,13 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
+	if s.cc, err = db.Conn(ctx); err != nil {
+		s.wc.Close()
+		db.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	go s.writer()
+	go s.checkpointer()
 	return s, nil
 }
 
@@ -454,7 +468,7 @@ func (s *Store) open(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("store: %s: journal mode is %q, not wal", s.path, mode)
 	}
-	// The writer checkpoints (afterBatch); after one, the WAL file is cut
+	// The store checkpoints (afterBatch); after one, the WAL file is cut
 	// back to 4 MiB instead of keeping its largest size.
 	for _, p := range []string{"PRAGMA wal_autocheckpoint=0", "PRAGMA journal_size_limit=4194304"} {
 		if _, err := wc.ExecContext(ctx, p); err != nil {
@@ -521,6 +535,8 @@ func (s *Store) Close() error {
 	<-s.done
 	s.wmu.Lock() // a leading caller may still be committing
 	defer s.wmu.Unlock()
+	close(s.ckpt) // afterBatch sends on it only under wmu
+	<-s.ckptDone
 	ctx := context.Background()
 	for _, st := range s.wstmts {
 		st.Close()
@@ -530,7 +546,7 @@ func (s *Store) Close() error {
 		return true
 	})
 	_, cerr := s.wc.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
-	err := errors.Join(s.wc.Close(), s.db.Close())
+	err := errors.Join(s.cc.Close(), s.wc.Close(), s.db.Close())
 	if err == nil && cerr != nil {
 		s.log.Warn("checkpoint at close failed", "err", cerr)
 	}

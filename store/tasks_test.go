@@ -554,3 +554,60 @@ func TestWriteBehindReadAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A group commit acknowledges a write only once the transaction holding it
+// committed: when the commit fails, every write it carried reaches its
+// caller as the error (none returns success), none of them is in the file
+// afterwards, and what was committed before stays.
+func TestGroupCommitFailureReachesEveryWaiter(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	s := openTest(t, path, Options{})
+	db := rawDB(t, path)
+	if _, err := db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON tasks WHEN NEW.id = 'boom'
+		BEGIN SELECT RAISE(ABORT, 'disk says no'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, Task{ID: "before", Owner: "g", State: StateCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the writer, so the writes below queue and go into one batch.
+	const n = 32
+	s.wmu.Lock()
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i := range n + 1 {
+		id := fmt.Sprint("t", i)
+		if i == n {
+			id = "boom"
+		}
+		wg.Go(func() { errs[i] = s.CreateTask(ctx, Task{ID: id, Owner: "g", State: StateCompleted}) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.ops) < n+1 {
+		if time.Now().After(deadline) {
+			s.wmu.Unlock()
+			t.Fatalf("%d writes queued, want %d", len(s.ops), n+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.wmu.Unlock()
+	s.kickWriter()
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk says no") {
+			t.Errorf("write %d of the failed batch = %v, want ErrFailed with the cause", i, err)
+		}
+	}
+	s.Close()
+	if _, err := db.Exec("DROP TRIGGER refuse"); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, path, Options{})
+	if _, err := s2.Task(ctx, "before"); err != nil {
+		t.Fatalf("task committed before the failure: %v", err)
+	}
+	if total, _, _ := s2.TaskCount(ctx); total != 1 {
+		t.Fatalf("%d tasks after reopen, want only the one committed before the failed batch", total)
+	}
+}

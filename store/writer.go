@@ -146,6 +146,12 @@ func (s *Store) write(ctx context.Context, durable bool, fn func(b *batch) error
 // it commits what is queued (its own op among it) on its own goroutine, so
 // a lone caller pays no hand-off to the writer goroutine; while a batch
 // runs, it waits and its op rides in the next batch.
+//
+// The leader yields once before it drains (group commit): the goroutines
+// runnable now, under load the other requests about to write their task's
+// end, queue their writes meanwhile and share its commit. Alone, the yield
+// returns at once. Measured with 32 concurrent message/send callers on 2
+// cores, it takes a commit from about 1.5 writes to about 7.
 func (s *Store) await(o *op) error {
 	if !s.wmu.TryLock() {
 		// The holder may be done before it sees o: the writer goroutine
@@ -153,6 +159,7 @@ func (s *Store) await(o *op) error {
 		s.kickWriter()
 		return <-o.done
 	}
+	runtime.Gosched()
 	batch := make([]*op, 0, 16)
 	for {
 		select {
@@ -168,7 +175,7 @@ func (s *Store) await(o *op) error {
 			return <-o.done
 		}
 		s.runBatch(batch)
-		s.afterBatch(len(batch), false)
+		s.afterBatch(len(batch))
 	}
 }
 
@@ -281,15 +288,7 @@ func (s *Store) Commit(ctx context.Context) error {
 func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*op, 0, maxBatch)
-	for {
-		select {
-		case <-s.kick:
-		case <-s.ckpt:
-			s.wmu.Lock()
-			s.afterBatch(0, true)
-			s.wmu.Unlock()
-			continue
-		}
+	for range s.kick {
 		s.wmu.Lock()
 		// Let the callers that are runnable now queue their writes too:
 		// one yield turns a stream of single-write commits from many
@@ -302,7 +301,7 @@ func (s *Store) writer() {
 				break
 			}
 			s.runBatch(batch)
-			s.afterBatch(len(batch), true)
+			s.afterBatch(len(batch))
 		}
 		s.wmu.Unlock()
 		if closed {
@@ -311,31 +310,53 @@ func (s *Store) writer() {
 	}
 }
 
-// afterBatch counts n writes and checkpoints the WAL (copies it into the
-// database file) when it is due: on the writer goroutine when the queue is
-// idle, not inside a commit someone waits for (a leading caller asks the
-// writer goroutine instead); under a load that never idles, at
-// checkpointHard writes wherever. The caller holds wmu.
-func (s *Store) afterBatch(n int, writer bool) {
+// afterBatch counts n writes and has the WAL checkpointed (copied into the
+// database file) when it is due. Every checkpointSoft writes the
+// checkpointer goroutine copies it, beside the writes: the bulk of the
+// pages and the syncs cost no writer anything. Writes committed meanwhile
+// keep the WAL from being copied whole, and SQLite restarts the WAL from
+// its start only once it was (SQLite's "Write-Ahead Logging", "Avoiding
+// Excessively Large WAL Files"); so the next batch end after it catches up
+// here, on the writer connection, copying only what came meanwhile, and
+// the WAL stays at about checkpointSoft writes. After checkpointHard
+// writes with no checkpoint done (the checkpointer failing), it
+// checkpoints here whatever the size. The caller holds wmu.
+func (s *Store) afterBatch(n int) {
 	s.pendingFrames += n
-	due := s.pendingFrames >= checkpointSoft && len(s.ops) == 0
-	if !(writer && due) && s.pendingFrames < checkpointHard {
-		if due {
-			select {
-			case s.ckpt <- struct{}{}:
-			default:
-			}
+	if s.catchUp.Swap(false) || s.pendingFrames >= checkpointHard {
+		s.pendingFrames = 0
+		if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+			s.log.Warn("WAL checkpoint failed", "err", err)
 		}
 		return
 	}
-	s.pendingFrames = 0
-	if _, err := s.wc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-		s.log.Warn("WAL checkpoint failed", "err", err)
+	if s.pendingFrames >= checkpointSoft {
+		select {
+		case s.ckpt <- struct{}{}:
+			s.pendingFrames = 0
+		default: // one is running or asked for
+		}
 	}
 }
 
-// Checkpoint thresholds, in writes since the last checkpoint (SQLite's
-// own automatic checkpoint is off: it would run inside a commit).
+// checkpointer is the goroutine that checkpoints the WAL on its own
+// connection: in WAL mode a checkpoint runs beside the writer and the
+// readers (PRAGMA wal_checkpoint(PASSIVE) waits for none of them), so no
+// write waits for the copy and its syncs. Once done, it asks the writer to
+// catch up (afterBatch). Close closes ckpt.
+func (s *Store) checkpointer() {
+	defer close(s.ckptDone)
+	for range s.ckpt {
+		if _, err := s.cc.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+			s.log.Warn("WAL checkpoint failed", "err", err)
+			continue
+		}
+		s.catchUp.Store(true)
+	}
+}
+
+// Checkpoint thresholds, in writes (SQLite's own automatic checkpoint is
+// off: it would run inside a commit someone waits for).
 const (
 	checkpointSoft = 256
 	checkpointHard = 4096
