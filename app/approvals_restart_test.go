@@ -273,8 +273,10 @@ func TestKillWhileDecidingKeepsAcknowledgedDecisions(t *testing.T) {
 	ctx, cancelSends := context.WithCancel(context.Background())
 	defer cancelSends()
 	var sends sync.WaitGroup
+	tokens := map[string]string{} // grant id → its token
 	for g := range grants {
-		_, token := grantToken(t, n, "--name", fmt.Sprintf("agent-%d", g), "--scope", "agent")
+		id, token := grantToken(t, n, "--name", fmt.Sprintf("agent-%d", g), "--scope", "agent")
+		tokens[id] = token
 		client := apptest.A2AClient(t, n.BaseURL, token)
 		for range perGrant {
 			sends.Add(1)
@@ -398,6 +400,17 @@ func TestKillWhileDecidingKeepsAcknowledgedDecisions(t *testing.T) {
 	}
 	if r := n.CLI("audit", "verify"); r.Code != 0 {
 		t.Errorf("meshtray audit verify after the kill: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	// An approved task restored before it ran runs now: let it end before
+	// the graceful stop, which keeps a running task as it is.
+	grantOf := map[string]string{}
+	for _, a := range pending {
+		grantOf[a.TaskID] = a.GrantID
+	}
+	for task, es := range byTask {
+		if es[0].Result == "approved" {
+			taskState(t, n, tokens[grantOf[task]], task)
+		}
 	}
 	if err := n.Stop(); err != nil {
 		t.Fatal(err)
