@@ -174,6 +174,8 @@ func TestBenchFiles(t *testing.T) {
 		median(bareCPU), median(oursCPU))
 	fmt.Printf("(the upload is timed from the receiver's go, after the sender hashed and announced the file)\n")
 	fmt.Printf("(node RSS is VmHWM of the whole node process; the bare server's and curl's are ru_maxrss)\n")
+	fmt.Printf("(a receiver's CPU far above its other rounds is page cache taken fresh, costly on first touch in a VM that hands freed pages back\n" +
+		" to its host: the node's receiver recycles a few MiB of it, the bare server takes 1 GiB a round; judge curl by its best rounds)\n")
 }
 
 // TestBenchFilesServer is the bare HTTPS server of TestBenchFiles when run
