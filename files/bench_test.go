@@ -48,14 +48,15 @@ func TestBenchReport(t *testing.T) {
 	os.WriteFile(manFile, man, 0o600)
 
 	type figure struct {
-		secs            float64
-		sendRSS, srvRSS int64
+		secs             float64
+		sendRSS, srvRSS  int64
+		sendCPU, recvCPU float64 // CPU seconds, user + system
 	}
 	ours := func(round int) figure {
 		dir := filepath.Join(work, fmt.Sprintf("in-%d", round))
 		srv := startChild(t, "recv", "DIR="+dir, "MANIFEST="+manFile)
 		defer os.RemoveAll(dir)
-		snd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$")
+		snd := exec.Command(os.Args[0], childArgs("send")...)
 		snd.Env = append(os.Environ(), benchChildEnv+"=send", "URL="+srv.url, "FP="+srv.fp, "SRC="+src, "MANIFEST="+manFile)
 		out, err := snd.CombinedOutput()
 		if err != nil {
@@ -63,7 +64,8 @@ func TestBenchReport(t *testing.T) {
 		}
 		var secs float64
 		fmt.Sscanf(lastLine(string(out), "SECS "), "SECS %g", &secs)
-		return figure{secs: secs, sendRSS: maxRSS(snd.ProcessState), srvRSS: srv.stop(t)}
+		rss := srv.stop(t)
+		return figure{secs: secs, sendRSS: maxRSS(snd.ProcessState), srvRSS: rss, sendCPU: cpuSecs(snd.ProcessState), recvCPU: cpuSecs(srv.cmd.ProcessState)}
 	}
 	bare := func(round int) figure {
 		dir := filepath.Join(work, fmt.Sprintf("bare-%d", round))
@@ -77,21 +79,32 @@ func TestBenchReport(t *testing.T) {
 		}
 		var secs float64
 		fmt.Sscanf(string(out), "%g", &secs)
-		return figure{secs: secs, sendRSS: maxRSS(c.ProcessState), srvRSS: srv.stop(t)}
+		rss := srv.stop(t)
+		return figure{secs: secs, sendRSS: maxRSS(c.ProcessState), srvRSS: rss, sendCPU: cpuSecs(c.ProcessState), recvCPU: cpuSecs(srv.cmd.ProcessState)}
 	}
 	mbps := func(f figure) float64 { return size / f.secs / 1e6 }
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 	fmt.Printf("1 GiB file (random, in the page cache), TLS on loopback, receiver writes and fsyncs it\n")
-	fmt.Printf("%-42s %10s %14s %14s\n", "", "MB/s", "sender RSS", "receiver RSS")
+	fmt.Printf("%-42s %10s %14s %14s %15s\n", "", "MB/s", "sender RSS", "receiver RSS", "CPU s snd/rcv")
 	var bestOurs, bestBare float64
 	for round := range 3 {
 		b := bare(round)
 		o := ours(round)
 		bestOurs, bestBare = max(bestOurs, mbps(o)), max(bestBare, mbps(b))
-		fmt.Printf("%-42s %10.0f %11.1f MiB %11.1f MiB\n", fmt.Sprintf("curl -T -> bare Go HTTPS server, run %d", round+1), mbps(b), mib(b.sendRSS), mib(b.srvRSS))
-		fmt.Printf("%-42s %10.0f %11.1f MiB %11.1f MiB\n", fmt.Sprintf("files.Client -> files.Receiver, run %d", round+1), mbps(o), mib(o.sendRSS), mib(o.srvRSS))
+		fmt.Printf("%-42s %10.0f %11.1f MiB %11.1f MiB %7.2f/%.2f\n", fmt.Sprintf("curl -T -> bare Go HTTPS server, run %d", round+1), mbps(b), mib(b.sendRSS), mib(b.srvRSS), b.sendCPU, b.recvCPU)
+		fmt.Printf("%-42s %10.0f %11.1f MiB %11.1f MiB %7.2f/%.2f\n", fmt.Sprintf("files.Client -> files.Receiver, run %d", round+1), mbps(o), mib(o.sendRSS), mib(o.srvRSS), o.sendCPU, o.recvCPU)
 	}
 	fmt.Printf("best: files %.0f MB/s = %.0f%% of curl's %.0f MB/s (goal >= 80%%)\n", bestOurs, 100*bestOurs/bestBare, bestBare)
+}
+
+// childArgs runs TestBenchChild; with MESHTRAY_BENCH_PROFILE=DIR each child
+// also writes a CPU profile, DIR/<role>.pprof (go tool pprof).
+func childArgs(role string) []string {
+	args := []string{"-test.run=^TestBenchChild$"}
+	if dir := os.Getenv("MESHTRAY_BENCH_PROFILE"); dir != "" {
+		args = append(args, "-test.cpuprofile="+filepath.Join(dir, role+".pprof"))
+	}
+	return args
 }
 
 type child struct {
@@ -104,7 +117,7 @@ type child struct {
 // reads its "URL fp" line.
 func startChild(t *testing.T, role string, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$")
+	cmd := exec.Command(os.Args[0], childArgs(role)...)
 	cmd.Env = append(append(os.Environ(), benchChildEnv+"="+role), env...)
 	cmd.Stderr = os.Stderr
 	in, _ := cmd.StdinPipe()

@@ -22,6 +22,11 @@ const Prefix = "/files/"
 // buffers.
 const bufSize = 256 << 10
 
+// writebackEvery is the batch of a PUT's bytes streamOut hands to the disk
+// at once: the disk works during the upload, and the fsync ending it
+// waits for at most two batches.
+const writebackEvery = 8 << 20
+
 var bufPool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
 
 // Handler serves the wire protocol of the package doc under Prefix.
@@ -230,6 +235,7 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 	}()
 	var got int64
 	var rerr error
+	out := newStreamOut(f.f, f.offset)
 	// A cancel or a failure elsewhere wakes a Read blocked on a stalled
 	// body; the deadline set in the loop below is always followed by a
 	// look at t.done, so the wake-up is never overwritten unseen.
@@ -278,6 +284,7 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 				return nil, h.writeFailed(t, f, werr)
 			}
 			got += int64(m)
+			out.wrote(f.offset + got)
 		}
 		pipe.submit(bp, m)
 	}

@@ -13,3 +13,6 @@ func maxRSS(ps *os.ProcessState) int64 {
 	}
 	return -1
 }
+
+// cpuSecs is the CPU time (user + system) an exited process used.
+func cpuSecs(ps *os.ProcessState) float64 { return (ps.UserTime() + ps.SystemTime()).Seconds() }

@@ -5,3 +5,5 @@ package files
 import "os"
 
 func maxRSS(*os.ProcessState) int64 { return -1 }
+
+func cpuSecs(ps *os.ProcessState) float64 { return (ps.UserTime() + ps.SystemTime()).Seconds() }

@@ -239,7 +239,7 @@ type Client struct {
 	// (default DefaultIdleTimeout); the next attempt resumes.
 	IdleTimeout time.Duration
 	// Progress, when set, is called (serialised) at most once per MiB per
-	// file and at the end of every file.
+	// file and progressGap apart, and at the start and end of every file.
 	Progress func(Progress)
 	Logger   *slog.Logger
 }
@@ -456,15 +456,22 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// progressGap is the least time between two Progress calls within a file
+// (a progress bar redraws 20 times a second at most; a 1 GiB file at
+// 1 MiB steps was 1024 NDJSON lines to the CLI): the start and the end of
+// a file are always reported.
+const progressGap = 50 * time.Millisecond
+
 // progress serialises Progress calls and keeps the per-file counts.
 type progress struct {
 	fn    func(Progress)
 	total int64
 
 	mu       sync.Mutex
-	done     []int64 // guarded by mu
-	sum      int64   // guarded by mu
-	reported []int64 // guarded by mu: done[i] at the last report
+	done     []int64   // guarded by mu
+	sum      int64     // guarded by mu
+	reported []int64   // guarded by mu: done[i] at the last report
+	last     time.Time // guarded by mu: the last report
 }
 
 func (p *progress) set(i int, v, size int64) {
@@ -490,9 +497,15 @@ func (p *progress) reportLocked(i int, size int64, force bool) {
 	if p.reported == nil {
 		p.reported = make([]int64, len(p.done))
 	}
-	if !force && p.done[i]-p.reported[i] < 1<<20 && p.done[i] != size {
-		return
+	if !force && p.done[i] != size {
+		if p.done[i]-p.reported[i] < 1<<20 {
+			return
+		}
+		if time.Since(p.last) < progressGap {
+			return
+		}
 	}
 	p.reported[i] = p.done[i]
+	p.last = time.Now()
 	p.fn(Progress{Index: i, FileDone: p.done[i], FileTotal: size, Done: p.sum, Total: p.total})
 }

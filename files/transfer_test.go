@@ -476,3 +476,40 @@ func (c *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.n.Add(1)
 	return c.rt.RoundTrip(req)
 }
+
+// Progress is paced by time as well as by bytes: a fast upload of a
+// 48 MiB file reports its start and end and at most one step per
+// progressGap between, not one per MiB (each step is an NDJSON line the
+// CLI reads and draws).
+func TestProgressPaced(t *testing.T) {
+	fx := newFixture(t, "", Limits{KeepFree: -1})
+	src := writeRandom(t, filepath.Join(t.TempDir(), "p.bin"), 48<<20, 5)
+	srcs, err := Sources(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls int
+	var last Progress
+	fx.client.Progress = func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		last = p
+	}
+	start := time.Now()
+	if _, err := fx.send(t, "paced", srcs); err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	// Start (the receiver's offset), the last byte, the verified answer,
+	// and one per progressGap.
+	if most := 3 + int(elapsed/progressGap) + 1; calls > most {
+		t.Errorf("%d progress calls in %v; want at most %d", calls, elapsed, most)
+	}
+	if last.Done != last.Total || last.Total != 48<<20 {
+		t.Errorf("last progress %+v", last)
+	}
+}
