@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"unicode/utf8"
@@ -32,7 +33,7 @@ const (
 )
 
 // JSON-RPC error codes. The -327xx/-326xx codes are JSON-RPC 2.0's (§5.1);
-// -32001..-32007 are A2A 0.3.0's (spec §8.2). -32010..-32012 are meshtray's
+// -32001..-32007 are A2A 0.3.0's (spec §8.2). -32010..-32013 are meshtray's
 // own, in the range JSON-RPC 2.0 reserves for implementation-defined server
 // errors (-32000..-32099).
 const (
@@ -59,7 +60,36 @@ const (
 	// CodeUnavailable: the server is shutting down, or a task has reached a
 	// per-task bound (subscribers, turns, stored bytes) (ErrUnavailable).
 	CodeUnavailable = -32012
+	// CodeRestarting: the node is stopping with its tasks kept in its
+	// database, to start again (RestartingReason; the task, when there
+	// is one, in data.taskId). Neither A2A 0.3 nor 1.0 has an error for
+	// this: an open stream or a waiting call on a task ends with it, not
+	// with a final state the task does not reach; the caller reads the
+	// task again with tasks/get (GetTask) or subscribes again
+	// (tasks/resubscribe, SubscribeToTask) once the node answers.
+	CodeRestarting = -32013
 )
+
+// RestartingReason is the reason of a CodeRestarting error: over 1.0 the
+// google.rpc.ErrorInfo reason (domain ErrorDomain), over 0.3 the "reason"
+// member of its data object.
+const RestartingReason = "NODE_RESTARTING"
+
+// restartingError is the CodeRestarting error of a call on task id ("" for
+// a call on no task yet).
+func restartingError(id a2a.TaskID) *rpcError {
+	e := &rpcError{
+		Code:    CodeRestarting,
+		Message: "the node is restarting and keeps its tasks: try again once it answers",
+		Data:    map[string]any{"reason": RestartingReason},
+	}
+	if id != "" {
+		e.Message = fmt.Sprintf("the node is restarting; task %s is kept and goes on after the restart: read it with tasks/get (GetTask) "+
+			"or subscribe again (tasks/resubscribe, SubscribeToTask) once the node answers", id)
+		e.Data["taskId"] = string(id)
+	}
+	return e
+}
 
 // Sentinel errors of the task engine. They are mapped to JSON-RPC codes only
 // in rpcErrorFrom; the a2a-go sentinels (a2a.ErrTaskNotFound, ...) are used
@@ -275,8 +305,14 @@ func appendError(dst []byte, ver protoVersion, e *rpcError) []byte {
 	case ver == v10:
 		reason, domain := errorReason(e.Code)
 		details := []*errordetails.Typed{errordetails.NewErrorInfo(reason, domain, nil)}
-		if len(e.Data) > 0 {
-			details = append(details, errordetails.NewFromStruct(e.Data))
+		extra := e.Data
+		if r, _ := e.Data["reason"].(string); r == reason {
+			// 0.3's place for the reason; over 1.0 the ErrorInfo holds it.
+			extra = maps.Clone(e.Data)
+			delete(extra, "reason")
+		}
+		if len(extra) > 0 {
+			details = append(details, errordetails.NewFromStruct(extra))
 		}
 		data = details
 	case len(e.Data) > 0:
@@ -292,7 +328,7 @@ func appendError(dst []byte, ver protoVersion, e *rpcError) []byte {
 }
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of meshtray's own codes
-// (-32010..-32012); the spec's codes use a2a-go's ProtocolDomain,
+// (-32010..-32013); the spec's codes use a2a-go's ProtocolDomain,
 // "a2a-protocol.org" (A2A 1.0 §9.5).
 const ErrorDomain = "meshtray"
 
@@ -325,6 +361,8 @@ func errorReason(code int) (reason, domain string) {
 		return "TASK_STORE_FULL", ErrorDomain
 	case CodeUnavailable:
 		return "UNAVAILABLE", ErrorDomain
+	case CodeRestarting:
+		return RestartingReason, ErrorDomain
 	}
 	return "INTERNAL_ERROR", a2av1.ProtocolDomain
 }

@@ -412,17 +412,24 @@ func (s *Server) leave() {
 	s.mu.Unlock()
 }
 
-// Shutdown stops the engine: new requests are refused (CodeUnavailable),
-// every live task ends canceled with "node shutting down" (running
-// executors see their ctx canceled; streams get that final event and
-// close), and Shutdown waits for every request handler and executor turn
-// to return, or for ctx. A second call waits again and returns the same.
+// Shutdown stops the engine and waits for every request handler and
+// executor turn to return, or for ctx. A second call waits again and
+// returns the same.
 //
-// With Options.Store, the changes made so far are handed to the store
-// first, and nothing Shutdown does is written: the next start finds the
-// tasks as a kill would have left them (Restore), and tasks waiting for
-// their callers stay waiting (in memory too, as their streams have
-// closed already).
+// Without Options.Store the tasks end with the process: new requests are
+// refused (CodeUnavailable), every live task ends canceled with "node
+// shutting down" (running executors see their ctx canceled; streams get
+// that final event and close).
+//
+// With Options.Store the tasks outlive the process: the changes made so
+// far are handed to the store first, and nothing Shutdown does is written,
+// so the next start finds the tasks as a kill would have left them
+// (Restore). Running turns are stopped (their ctx's cause is ErrShutdown)
+// and leave their task's state as it is; no task is told a state it does
+// not keep. Open streams and waiting message/send calls end with the
+// CodeRestarting error naming their task (no final event), and so does
+// every request from then on (restartingError): the caller reads the task
+// again after the restart.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.db != nil && !s.frozen.Load() {
 		s.flushDirty(time.Time{})
@@ -444,7 +451,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 
 	for _, t := range ts {
-		if s.db != nil && s.keepWaiting(t) {
+		if s.db != nil {
+			s.stopForRestart(t)
 			continue
 		}
 		s.cancelTask(t, errShuttingDown)
@@ -456,8 +464,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		// Executors that ignore their ctx: end their tasks anyway, so every
 		// stream gets its final event; their late reports are dropped.
+		// (With a store the streams have ended already: the tasks stay.)
 		for _, t := range ts {
-			if s.db != nil && s.keepWaiting(t) {
+			if s.db != nil {
 				continue
 			}
 			s.settle(t, a2a.TaskStateCanceled, agentMessage(errShuttingDown.Error()))
@@ -467,19 +476,33 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// keepWaiting reports a task waiting for its caller with no turn running,
-// which a Shutdown with a store leaves as it is; its expiry timer stops.
-func (s *Server) keepWaiting(t *task) bool {
+// stopForRestart stops t's running turn, if any, with errShuttingDown
+// (endTurn then leaves its state as it is) and its expiry timer: a
+// Shutdown with a store keeps every task as it is, for the restart.
+func (s *Server) stopForRestart(t *task) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.cancel != nil || !interrupted(t.status.State) {
-		return false
-	}
 	if t.expiry != nil {
 		t.expiry.Stop()
 		t.expiry = nil
 	}
-	return true
+	if t.cancel != nil {
+		t.cancel(errShuttingDown)
+	}
+}
+
+// restarting reports a Shutdown with a store under way: from then on no
+// task is shown (its state may have changed after the last write), every
+// call on one gets restartingError.
+func (s *Server) restarting() bool { return s.db != nil && s.frozen.Load() }
+
+// restartWait is closed when a Shutdown with a store begins (nil without
+// a store: a wait on it never ends).
+func (s *Server) restartWait() <-chan struct{} {
+	if s.db == nil {
+		return nil
+	}
+	return s.shutdown
 }
 
 // cancelTask stops t's running turn with cause, or cancels an idle live
@@ -689,6 +712,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.p = p
 	if !s.enter() {
+		if s.db != nil {
+			c.fail(restartingError(""))
+			return
+		}
 		c.fail(fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown))
 		return
 	}
@@ -1026,6 +1053,9 @@ func (s *Server) create(t *task, early bool) error {
 // published when Options.RequirePublished (a request that passed
 // ServeHTTP's check as the owner switched A2A off is refused here).
 func (s *Server) openLocked() error {
+	if s.db != nil && (s.closed || s.frozen.Load()) {
+		return restartingError("")
+	}
 	if s.closed {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errShuttingDown)
 	}
@@ -1250,6 +1280,16 @@ func (s *Server) runTurn(ctx context.Context, t *task, ex *Execution, kind turnK
 func (s *Server) endTurn(ctx context.Context, t *task, ex *Execution, state a2a.TaskState, msg *a2a.Message) {
 	t.mu.Lock()
 	ex.ended = true
+	if ctx.Err() != nil && s.db != nil && errors.Is(context.Cause(ctx), errShuttingDown) {
+		// Stopped by a Shutdown that keeps the tasks: the task stays as it
+		// is in the database, and its restart takes it from there.
+		t.cancel(nil)
+		t.cancel = nil
+		close(t.done)
+		t.done = nil
+		t.mu.Unlock()
+		return
+	}
 	if ctx.Err() != nil {
 		state, msg = a2a.TaskStateCanceled, agentMessage(context.Cause(ctx).Error())
 	}
@@ -1398,8 +1438,14 @@ func (s *Server) onSend(c *call) {
 	// for input. The task does not depend on this request: if the caller
 	// goes away it runs on, readable with tasks/get.
 	ctx := c.r.Context()
+	down := s.restartWait()
 	for {
 		t.mu.Lock()
+		if blocking && s.restarting() {
+			t.mu.Unlock()
+			c.fail(restartingError(t.id))
+			return
+		}
 		st := t.status.State
 		if !blocking || st.Terminal() || interrupted(st) {
 			data, err := s.taskResultLocked(c, t, hl, c.ver == v10)
@@ -1411,6 +1457,7 @@ func (s *Server) onSend(c *call) {
 		t.mu.Unlock()
 		select {
 		case <-ch:
+		case <-down:
 		case <-ctx.Done():
 			return
 		}
@@ -1451,6 +1498,11 @@ func (s *Server) onGet(c *call) {
 		return
 	}
 	t.mu.Lock()
+	if s.restarting() {
+		t.mu.Unlock()
+		c.fail(restartingError(t.id))
+		return
+	}
 	data, err := s.taskResultLocked(c, t, hl, false)
 	t.mu.Unlock()
 	s.replyResult(c, data, err)
@@ -1488,6 +1540,13 @@ func (s *Server) onCancel(c *call) {
 		timer.Stop()
 	}
 	t.mu.Lock()
+	if s.restarting() {
+		// The cancel may not have reached the database: the task is
+		// read again after the restart.
+		t.mu.Unlock()
+		c.fail(restartingError(t.id))
+		return
+	}
 	snap := t.snapshotLocked(-1)
 	t.mu.Unlock()
 	if snap.Status.State != a2a.TaskStateCanceled {
@@ -1545,6 +1604,11 @@ func (s *Server) onResubscribe(c *call) {
 		return
 	}
 	t.mu.Lock()
+	if s.restarting() {
+		t.mu.Unlock()
+		c.fail(restartingError(t.id))
+		return
+	}
 	if st := t.status.State; c.ver == v10 && st.Terminal() {
 		t.mu.Unlock()
 		c.fail(fmt.Errorf("%w: task %s is %s; a terminal task has no more events (read it with %s)", a2a.ErrUnsupportedOperation, t.id, stateName(c.ver, st), MethodGetTask))
@@ -1567,9 +1631,10 @@ func (s *Server) onResubscribe(c *call) {
 
 // stream writes the SSE response: the Task snapshot first, then the task's
 // events in generation order, until one that ends the stream (or, when sub
-// is nil, right after the Task), the client leaving, or shutdown. It keeps
-// no goroutine: the request's own goroutine waits on the task's change
-// channel.
+// is nil, right after the Task), the client leaving, or shutdown. A
+// Shutdown with a store ends it with the CodeRestarting error event, not
+// with the events that followed the last write. It keeps no goroutine: the
+// request's own goroutine waits on the task's change channel.
 func (s *Server) stream(c *call, t *task, sub *subscriber, snap *a2a.Task) {
 	if sub != nil {
 		defer func() {
@@ -1599,10 +1664,21 @@ func (s *Server) stream(c *call, t *task, sub *subscriber, snap *a2a.Task) {
 	}
 
 	ctx := c.r.Context()
+	down := s.restartWait()
 	keep := time.NewTimer(s.opts.KeepAlive)
 	defer keep.Stop()
 	for {
 		t.mu.Lock()
+		if s.restarting() {
+			t.mu.Unlock()
+			buf = append(buf[:0], "data: "...)
+			buf = appendResponse(buf, c.ver, c.id, nil, restartingError(t.id))
+			buf = append(buf, "\n\n"...)
+			if _, err := w.Write(buf); err == nil {
+				fl.Flush()
+			}
+			return
+		}
 		evs := t.nextLocked(sub)
 		ch := t.waitLocked()
 		t.mu.Unlock()
@@ -1630,6 +1706,7 @@ func (s *Server) stream(c *call, t *task, sub *subscriber, snap *a2a.Task) {
 		}
 		select {
 		case <-ch:
+		case <-down:
 		case <-ctx.Done():
 			return
 		case <-keep.C:
