@@ -166,8 +166,13 @@ type OutboundTask struct {
 	// question while input-required, the reason when failed or rejected.
 	Message string `json:"message,omitempty"`
 	// Error is meshtray's own trouble following the task (contact lost,
-	// token refused); the task may still run at the agent.
-	Error     string             `json:"error,omitempty"`
+	// token refused); the task may still run at the agent. While the
+	// agent cannot be reached it is "cannot reach the agent: <why>;
+	// trying again at <time of day>".
+	Error string `json:"error,omitempty"`
+	// RetryAt is when the node tries an agent it cannot reach again (zero
+	// when no try is planned); the task is live and followed meanwhile.
+	RetryAt   time.Time          `json:"retry_at,omitzero"`
 	Following bool               `json:"following"` // a stream or poll loop watches it now
 	Streaming bool               `json:"streaming"` // followed with message/stream
 	Artifacts []OutboundArtifact `json:"artifacts,omitempty"`
@@ -209,8 +214,14 @@ type OutboundOptions struct {
 	// MaxFollow bounds how long one delegation or answer is followed
 	// (default DefaultMaxFollow): then the node stops following it, the
 	// view says so, and the task may go on at its agent (cancel it there
-	// with Cancel).
+	// with Cancel). It also bounds how long an agent that cannot be
+	// reached is tried again (from the first try).
 	MaxFollow time.Duration
+	// FollowUpFirst and FollowUpMax pace the tries at an agent that cannot
+	// be reached (after a restart, or when contact is lost): the first
+	// after FollowUpFirst (default DefaultFollowUpFirst), doubling up to
+	// FollowUpMax (default DefaultFollowUpMax), each jittered by ±20%.
+	FollowUpFirst, FollowUpMax time.Duration
 	// Store keeps the view across restarts (package store's Store; nil:
 	// memory only). A change of state or of who follows a task is written
 	// before anyone sees it; new artifacts and status texts are written in
@@ -275,6 +286,13 @@ func NewOutbound(o OutboundOptions) *Outbound {
 	if o.MaxFollow <= 0 {
 		o.MaxFollow = DefaultMaxFollow
 	}
+	if o.FollowUpFirst <= 0 {
+		o.FollowUpFirst = DefaultFollowUpFirst
+	}
+	if o.FollowUpMax <= 0 {
+		o.FollowUpMax = DefaultFollowUpMax
+	}
+	o.FollowUpMax = max(o.FollowUpMax, o.FollowUpFirst)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -431,23 +449,34 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 	o.mu.Unlock()
 	go func() {
 		defer o.wg.Done()
-		defer rem.Close()
-		fctx, cancel := context.WithTimeoutCause(o.ctx, o.o.MaxFollow, errFollowLimit)
-		defer cancel()
 		got := false
-		err := rem.exchange(fctx, params, stream, o.log, func(ev a2a.Event) {
-			o.apply(e, ev)
-			if !got {
-				got = true
-				first <- nil
+		err := func() error {
+			defer rem.Close()
+			fctx, cancel := context.WithTimeoutCause(o.ctx, o.o.MaxFollow, errFollowLimit)
+			defer cancel()
+			err := rem.exchange(fctx, params, stream, o.log, func(ev a2a.Event) {
+				o.apply(e, ev)
+				if !got {
+					got = true
+					first <- nil
+				}
+			})
+			if err != nil && fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
+				err = fmt.Errorf("%w: the node stopped following this task after %s; it may go on at the agent (`meshtray cancel %s` stops it there)",
+					errFollowLimit, o.o.MaxFollow, id)
 			}
-		})
-		if err != nil && fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
-			err = fmt.Errorf("%w: the node stopped following this task after %s; it may go on at the agent (`meshtray cancel %s` stops it there)",
-				errFollowLimit, o.o.MaxFollow, id)
-		}
+			return err
+		}()
 		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
 			o.o.Agents.report(e.agent, err)
+		}
+		if got && transient(err) && o.ctx.Err() == nil {
+			// Contact lost (the agent went away, or said it restarts)
+			// while the task was live there: followed up as after a
+			// restart of this node, tried again with backoff.
+			o.log.Info("lost contact with the agent of a delegated task; following it up", "task", id, "agent", e.agent.ID, "err", err)
+			o.followUp(e, err)
+			return
 		}
 		o.finish(e, err, got, isNew)
 		if !got {
@@ -838,8 +867,9 @@ func (o *Outbound) Cancel(ctx context.Context, ref string) (OutboundTask, error)
 }
 
 // Watch calls fn with the task's events (see OutboundEvent) until nobody
-// follows it any more (it is terminal, waits for input, or contact was
-// lost), ctx ends, or fn fails. The last event carries the task with End.
+// follows it any more (it is terminal, waits for input, or the node gave
+// up on it; an agent that cannot be reached and is tried again keeps the
+// watch open), ctx ends, or fn fails. The last event carries the task with End.
 func (o *Outbound) Watch(ctx context.Context, ref string, fn func(OutboundEvent) error) error {
 	o.mu.Lock()
 	e, err := o.findLocked(ref)
@@ -859,7 +889,7 @@ func (o *Outbound) Watch(ctx context.Context, ref string, fn func(OutboundEvent)
 	}
 	state, msg := snap.State, snap.Message
 	for {
-		if !snap.Following {
+		if !snap.Following && snap.RetryAt.IsZero() {
 			return fn(OutboundEvent{Task: &snap, End: true})
 		}
 		select {

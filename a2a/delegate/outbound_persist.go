@@ -35,11 +35,13 @@ const (
 	// storeTimeout bounds one write (a stalled disk must not hold a
 	// follower forever).
 	storeTimeout = 10 * time.Second
-	// followUpFirst, followUpMax: a restored task whose agent cannot be
-	// reached is tried again after followUpFirst, doubling up to
-	// followUpMax (jittered), for at most MaxFollow in all.
-	followUpFirst = time.Second
-	followUpMax   = time.Minute
+)
+
+// Defaults of OutboundOptions.FollowUpFirst and FollowUpMax: an agent that
+// cannot be reached is tried again after 1 s, doubling to 1 min.
+const (
+	DefaultFollowUpFirst = time.Second
+	DefaultFollowUpMax   = time.Minute
 )
 
 // unreachablePrefix starts the Error of a restored task whose agent cannot
@@ -294,14 +296,25 @@ func (o *Outbound) Restore(ctx context.Context) (int, error) {
 	o.wg.Add(len(live))
 	o.mu.Unlock()
 	for _, e := range live {
-		go o.followUp(e)
+		go func() {
+			defer o.wg.Done()
+			o.followUp(e, nil)
+		}()
 	}
 	return n, nil
 }
 
-// followUp follows a restored live task up at its agent (see Restore).
-func (o *Outbound) followUp(e *outEntry) {
-	defer o.wg.Done()
+// followUp follows e up at its agent until the task settles or the node
+// gives up: a task restored live (Restore; lost nil), and one whose
+// exchange lost contact with its agent (lost: the transient error; the
+// first try waits). It is the one follow-up of both. Each try is one
+// tasks/get, then polling (followUpOnce). While the agent cannot be
+// reached the task stays live with Error "cannot reach the agent: ...;
+// trying again at ..." and RetryAt, and is tried again after
+// FollowUpFirst, doubling up to FollowUpMax (jittered), for at most
+// MaxFollow from the start; then Error says the node stopped trying. The
+// caller counts it in o.wg.
+func (o *Outbound) followUp(e *outEntry, lost error) {
 	fctx, cancel := context.WithTimeoutCause(o.ctx, o.o.MaxFollow, errFollowLimit)
 	defer cancel()
 	o.mu.Lock()
@@ -316,56 +329,66 @@ func (o *Outbound) followUp(e *outEntry) {
 		})
 		return
 	}
-	delay := followUpFirst
+	delay := o.o.FollowUpFirst
+	err := lost
 	for {
-		// Take the task unless it ended (a cancel) or someone follows it
-		// (an answer) meanwhile.
-		if !o.commit(e, always, func(x *outEntry) bool {
-			if x.view.State.Terminal() || x.view.Following || o.byID[x.view.ID] != e {
-				return false
+		if err == nil {
+			// Take the task unless it ended (a cancel) or someone follows
+			// it (an answer) meanwhile.
+			if !o.commit(e, always, func(x *outEntry) bool {
+				if x.view.State.Terminal() || x.view.Following || o.byID[x.view.ID] != e {
+					return false
+				}
+				x.view.Following, x.checking, x.view.RetryAt = true, true, time.Time{}
+				return true
+			}) {
+				return
 			}
-			x.view.Following, x.checking = true, true
-			return true
-		}) {
-			return
-		}
-		err := o.followUpOnce(fctx, e)
-		if fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
-			if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				err = errors.New("no answer")
+			err = o.followUpOnce(fctx, e)
+			if fctx.Err() != nil && errors.Is(context.Cause(fctx), errFollowLimit) {
+				if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+					err = errors.New("no answer")
+				}
+				err = fmt.Errorf("%w: the node stopped following this task after %s (%v); it may go on at the agent (`meshtray cancel %s` stops it there)",
+					errFollowLimit, o.o.MaxFollow, err, id)
 			}
-			err = fmt.Errorf("%w: the node stopped following this task after %s (%v); it may go on at the agent (`meshtray cancel %s` stops it there)",
-				errFollowLimit, o.o.MaxFollow, err, id)
+			if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
+				o.o.Agents.report(e.agent, err)
+			}
+			if err == nil || !transient(err) || fctx.Err() != nil {
+				o.finish(e, err, true, false)
+				return
+			}
 		}
-		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, errFollowLimit) {
-			o.o.Agents.report(e.agent, err)
-		}
-		if err == nil || !transient(err) || fctx.Err() != nil {
-			o.finish(e, err, true, false)
-			return
-		}
+		wait := jitter(delay)
 		now := o.o.Now()
+		at := now.Add(wait)
+		cause := err
 		o.commit(e, always, func(e *outEntry) bool {
 			e.view.Following, e.checking = false, false
-			e.view.Error = unreachablePrefix + err.Error()
+			e.view.Error = unreachablePrefix + cause.Error() + "; trying again at " + at.Local().Format(time.TimeOnly)
+			e.view.RetryAt = at
 			e.view.Updated = now
 			return true
 		})
-		o.log.Info("cannot reach the agent of a delegated task; trying again", "task", id, "agent", e.agent.ID, "in", delay, "err", err)
-		t := time.NewTimer(jitter(delay))
+		o.log.Info("cannot reach the agent of a delegated task; trying again", "task", id, "agent", e.agent.ID, "in", wait.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(wait)
 		select {
 		case <-fctx.Done():
 			t.Stop()
-			if errors.Is(context.Cause(fctx), errFollowLimit) {
-				o.edit(e, func(e *outEntry) {
+			o.edit(e, func(e *outEntry) {
+				e.view.RetryAt = time.Time{}
+				e.view.Error = unreachablePrefix + cause.Error()
+				if errors.Is(context.Cause(fctx), errFollowLimit) {
 					e.view.Error = fmt.Sprintf("%s%v; the node stopped trying after %s (`meshtray cancel %s` still reaches the agent when it is back)",
-						unreachablePrefix, err, o.o.MaxFollow, e.view.ID)
-				})
-			}
+						unreachablePrefix, cause, o.o.MaxFollow, e.view.ID)
+				}
+			})
 			return
 		case <-t.C:
 		}
-		delay = min(delay*2, followUpMax)
+		err = nil
+		delay = min(delay*2, o.o.FollowUpMax)
 	}
 }
 

@@ -564,6 +564,10 @@ func classifyToken(name string, peer bool, token string, err error) error {
 		return mk(ErrCardUnpublished, "%s: %s", what, cause(err))
 	case errors.Is(err, ErrCardInvalid):
 		return mk(ErrCardInvalid, "%s: %s", what, cause(err))
+	case agentRestarting(err):
+		// A meshtray stopping with its tasks kept: the task goes on after
+		// its restart, so this is contact lost for now, tried again.
+		return mk(ErrAgentUnreachable, "%s is restarting (it keeps its tasks)", what)
 	case errors.As(err, &rpcErr) && rpcErr.Code == -32601:
 		return mk(ErrAgentRefused, "%s answered: %s; it does not know the A2A method meshtray called (an agent from before A2A 0.2 knows only tasks/send; meshtray speaks 0.3 and 1.0)", what, cause(rpcErr))
 	case errors.As(err, &rpcErr):
@@ -625,6 +629,13 @@ func netCause(err error) string {
 		return op.Op + ": " + op.Err.Error()
 	}
 	return stripURLs(err)
+}
+
+// agentRestarting reports the CodeRestarting error of a meshtray agent
+// stopping with its tasks kept (agent.RestartingReason).
+func agentRestarting(err error) bool {
+	var re *RPCError
+	return errors.As(err, &re) && re.Code == agent.CodeRestarting && re.Reason == agent.RestartingReason
 }
 
 // transient reports errors worth retrying a poll for.
@@ -734,7 +745,9 @@ func (r *remote) exchangeOnce(ctx context.Context, params *a2a.MessageSendParams
 			return r.classify(streamErr)
 		}
 		if streamErr != nil {
-			if c := r.classify(streamErr); !transient(c) {
+			if c := r.classify(streamErr); !transient(c) || agentRestarting(c) {
+				// A refusal, or a meshtray agent going down to restart:
+				// polling it now would only fail (the follow-up waits).
 				return c
 			}
 		}
