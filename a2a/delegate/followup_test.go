@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -184,6 +185,11 @@ func TestLostAgentIsFollowedUpAtRunTime(t *testing.T) {
 			evs := <-watch
 			if last := evs[len(evs)-1]; !last.End || last.Task == nil || last.Task.State != a2a.TaskStateCompleted {
 				t.Fatalf("the watch ended with %+v", last)
+			}
+			if !slices.ContainsFunc(evs, func(ev OutboundEvent) bool {
+				return strings.HasPrefix(ev.Waiting, unreachablePrefix) && strings.Contains(ev.Waiting, "trying again at ")
+			}) {
+				t.Fatalf("the watch never said it waits for the agent: %+v", evs)
 			}
 		})
 	}

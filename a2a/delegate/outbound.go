@@ -198,7 +198,11 @@ type OutboundEvent struct {
 	Message  string            `json:"message,omitempty"`
 	Artifact *OutboundArtifact `json:"artifact,omitempty"`
 	Append   bool              `json:"append,omitempty"`
-	End      bool              `json:"end,omitempty"`
+	// Waiting says the node cannot reach the agent now and when it tries
+	// again (the task's Error), each time it begins such a wait; the
+	// watch goes on.
+	Waiting string `json:"waiting,omitempty"`
+	End     bool   `json:"end,omitempty"`
 	// Error ends a watch that failed (only in app's NDJSON streams).
 	Error string `json:"error,omitempty"`
 }
@@ -887,7 +891,7 @@ func (o *Outbound) Watch(ctx context.Context, ref string, fn func(OutboundEvent)
 	for _, a := range snap.Artifacts {
 		sent[a.ID] = len(a.Parts)
 	}
-	state, msg := snap.State, snap.Message
+	state, msg, retry := snap.State, snap.Message, snap.RetryAt
 	for {
 		if !snap.Following && snap.RetryAt.IsZero() {
 			return fn(OutboundEvent{Task: &snap, End: true})
@@ -922,6 +926,14 @@ func (o *Outbound) Watch(ctx context.Context, ref string, fn func(OutboundEvent)
 			state, msg = snap.State, snap.Message
 			if err := fn(OutboundEvent{State: state, Message: msg}); err != nil {
 				return err
+			}
+		}
+		if !snap.RetryAt.Equal(retry) {
+			retry = snap.RetryAt
+			if !retry.IsZero() {
+				if err := fn(OutboundEvent{Waiting: snap.Error}); err != nil {
+					return err
+				}
 			}
 		}
 	}

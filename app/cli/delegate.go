@@ -506,6 +506,8 @@ func (p *taskPrinter) event(ev delegate.OutboundEvent) {
 		p.mu.Unlock()
 	case ev.State != "":
 		p.status(ev.State, ev.Message)
+	case ev.Waiting != "":
+		p.waiting(ev.Waiting)
 	case ev.End && ev.Task != nil:
 		p.task(*ev.Task)
 		p.end(*ev.Task)
@@ -518,6 +520,17 @@ func (p *taskPrinter) header(t delegate.OutboundTask) {
 	p.clearLocked()
 	p.id = t.ID
 	fmt.Fprintf(p.errw, "→ %s: task %s\n", oneLine(t.AgentName, 64), t.ID)
+	if !t.RetryAt.IsZero() && t.Error != "" {
+		fmt.Fprintf(p.errw, "waiting: %s\n", oneLine(t.Error, 300))
+	}
+}
+
+// waiting says the node cannot reach the agent now and tries again.
+func (p *taskPrinter) waiting(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clearLocked()
+	fmt.Fprintf(p.errw, "waiting: %s\n", oneLine(why, 300))
 }
 
 // task prints what a snapshot adds: artifacts not printed, a new state.
