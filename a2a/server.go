@@ -186,6 +186,15 @@ var (
 	errDatabaseFailed   = errors.New("this device cannot write its task database; its owner restarts meshtray")
 )
 
+// ErrSwitchedOff and ErrCanceledByCaller are the causes (context.Cause)
+// of the ctx of a turn (an approval included) that the owner's A2A switch
+// (SetPublished false, with Options.RequirePublished) or the caller's
+// tasks/cancel stopped.
+var (
+	ErrSwitchedOff      = errSwitchedOff
+	ErrCanceledByCaller = errCanceledByCaller
+)
+
 // ErrShutdown is the cause (context.Cause) of the ctx of a turn that
 // Shutdown stopped. With Options.Store the task outlives the node
 // (Restore): an executor then leaves work running elsewhere (an upstream

@@ -103,6 +103,10 @@ type ApprovalDecision struct {
 	Reason string `json:"-"`
 	// ByOwner is true when a person decided.
 	ByOwner bool `json:"-"`
+	// Withdrawn: nobody decided; the request went away first (its caller
+	// canceled it or went away, A2A was switched off, its grant was paused
+	// or revoked). A denial, audited with the outcome "withdrawn".
+	Withdrawn bool `json:"-"`
 }
 
 // Approved reports whether the decision is an approval.
@@ -134,8 +138,11 @@ const (
 // phone), "policy" for the grant's policy (DecidedVia policy), and
 // decidedByNode when nobody decided: a timeout (DecidedVia timeout), the
 // request withdrawn (its caller went away, its grant paused or revoked) or
-// the node restarted (DecidedVia ""). Params says why a request was refused
-// (the decision's Reason) or what an approval granted.
+// the node restarted (DecidedVia ""). Result is "approved", "denied", or
+// "withdrawn" for a request that went away before anyone decided
+// (ApprovalDecision.Withdrawn). Params says why a request was refused
+// (the decision's Reason: withdrawnReason's words for a withdrawal) or
+// what an approval granted.
 const (
 	decidedByOwner  = "owner"
 	decidedByPolicy = "policy"
@@ -368,7 +375,7 @@ func (q *Approvals) Decide(id string, d ApprovalDecision) error {
 // Withdraw removes id without a decision from the owner (the requester went
 // away); its onDecide sees a denial "withdrawn".
 func (q *Approvals) Withdraw(id string) {
-	q.finish(id, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: "withdrawn"})
+	q.finish(id, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: "withdrawn", Withdrawn: true})
 }
 
 // finish ends pending approval id with d: its row removed and d audited
@@ -437,6 +444,9 @@ func approvalEntry(a Approval, d ApprovalDecision) store.Entry {
 		Kind: store.KindApproval, GrantID: a.GrantID, Peer: a.Peer, Via: a.Via,
 		Subject: string(a.Kind) + ": " + a.Summary, Result: "denied",
 		DecidedBy: d.By, DecidedVia: d.Where, Params: d.Reason, TaskID: a.TaskID,
+	}
+	if d.Withdrawn {
+		e.Result = "withdrawn"
 	}
 	if a.DeviceID != "" && a.GrantID == "" {
 		e.Peer += " (" + pairing.ShortID(a.DeviceID) + ")"

@@ -139,14 +139,14 @@ func TestApprovalRefusalsAudited(t *testing.T) {
 	if len(es) != 3 {
 		t.Fatalf("%d entries, want 3: %+v", len(es), es)
 	}
-	want := []struct{ by, via, params string }{
-		{decidedByNode, store.WhereTimeout, "no answer within"},
-		{decidedByNode, "", "withdrawn"},
-		{"owner", store.WhereCLI, "denied by the owner"},
+	want := []struct{ result, by, via, params string }{
+		{"denied", decidedByNode, store.WhereTimeout, "no answer within"},
+		{"withdrawn", decidedByNode, "", "withdrawn: the caller went away"},
+		{"denied", "owner", store.WhereCLI, "denied by the owner"},
 	}
 	for i, w := range want {
-		if e := es[i]; e.Result != "denied" || e.DecidedBy != w.by || e.DecidedVia != w.via || !strings.HasPrefix(e.Params, w.params) {
-			t.Errorf("entry %d = %+v; want by %q via %q params %q…", i, e, w.by, w.via, w.params)
+		if e := es[i]; e.Result != w.result || e.DecidedBy != w.by || e.DecidedVia != w.via || !strings.HasPrefix(e.Params, w.params) {
+			t.Errorf("entry %d = %+v; want %s by %q via %q params %q…", i, e, w.result, w.by, w.via, w.params)
 		}
 	}
 	if len(rows(t, db)) != 0 {
@@ -444,5 +444,44 @@ func TestRestoredFilesRunUnderTheGrant(t *testing.T) {
 		Deadline: time.Now().Add(time.Minute), Queued: func() {}})
 	if !d.Approved || d.Caller == nil || !d.Caller.Grant.Scopes.Has(pairing.ScopeAgent) {
 		t.Fatalf("the restored transfer approved by policy: %+v (caller %+v)", d, d.Caller)
+	}
+}
+
+// TestWithdrawalWords: a request whose requester's ctx ends is audited
+// "withdrawn", saying why in words from the ctx's cause, never Go's error
+// text.
+func TestWithdrawalWords(t *testing.T) {
+	t.Parallel()
+	db := openTestDB(t, "")
+	q, _ := dbQueue(t, db, time.Minute, nil)
+	for _, c := range []struct {
+		cause error
+		want  string
+	}{
+		{agent.ErrSwitchedOff, "withdrawn: A2A was switched off"},
+		{agent.ErrCanceledByCaller, "withdrawn: the caller canceled it"},
+		{nil, "withdrawn: the caller went away"},
+		{errors.New("the grant was paused"), "withdrawn: the grant was paused"},
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := make(chan ApprovalDecision, 1)
+		go func() {
+			d, _ := q.Ask(ctx, Approval{Kind: KindDelegation, Peer: "phone", Summary: c.want, Expires: time.Now().Add(time.Minute)})
+			done <- d
+		}()
+		waitList(t, q, 1)
+		cancel(c.cause)
+		if d := <-done; d.Approved() || d.Reason != c.want || !d.Withdrawn {
+			t.Errorf("%v: %+v, want %q", c.cause, d, c.want)
+		}
+	}
+	es := approvalEntries(t, db)
+	if len(es) != 4 {
+		t.Fatalf("%d entries: %+v", len(es), es)
+	}
+	for _, e := range es {
+		if e.Result != "withdrawn" || e.Params != strings.TrimPrefix(e.Subject, "delegation: ") || e.DecidedBy != decidedByNode {
+			t.Errorf("entry %+v", e)
+		}
 	}
 }

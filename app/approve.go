@@ -364,15 +364,33 @@ func (q *Approvals) askQueued(ctx context.Context, a Approval, queued func()) (A
 	case d := <-ch:
 		return d, nil
 	case <-ctx.Done():
-		reason := "withdrawn: " + ctx.Err().Error()
+		d := ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: withdrawnReason(ctx), Withdrawn: true}
 		if q.isClosing() {
 			// The engine's shutdown ended the wait: the row stays for
 			// the next start.
-			reason = reasonShutdown
+			d.Reason, d.Withdrawn = reasonShutdown, false
 		}
-		q.finish(id, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: reason})
-		return ApprovalDecision{Decision: DecisionDeny, Reason: reason}, ctx.Err()
+		q.finish(id, d)
+		return ApprovalDecision{Decision: DecisionDeny, Reason: d.Reason, Withdrawn: d.Withdrawn}, ctx.Err()
 	}
+}
+
+// withdrawnReason says why the requester's ctx ended before anyone
+// decided (context.Cause), in the owner's words: "withdrawn: A2A was
+// switched off", "withdrawn: the caller canceled it" (tasks/cancel),
+// "withdrawn: the caller went away" (its request ended), or
+// "withdrawn: " and meshtray's own cause ("the grant was paused").
+func withdrawnReason(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, agent.ErrSwitchedOff):
+		return "withdrawn: A2A was switched off"
+	case errors.Is(cause, agent.ErrCanceledByCaller):
+		return "withdrawn: the caller canceled it"
+	case cause == nil || cause == context.Canceled || cause == context.DeadlineExceeded:
+		return "withdrawn: the caller went away"
+	}
+	return "withdrawn: " + cause.Error()
 }
 
 func (q *Approvals) isClosing() bool {
@@ -429,7 +447,7 @@ func (q *Approvals) WithdrawGrant(id, reason string) int {
 	q.mu.Unlock()
 	n := 0
 	for _, aid := range ids {
-		if q.finish(aid, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: reason}) == nil {
+		if q.finish(aid, ApprovalDecision{Decision: DecisionDeny, By: decidedByNode, Reason: reason, Withdrawn: true}) == nil {
 			n++
 		}
 	}

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -88,5 +89,42 @@ func TestDelegationFollowedAcrossTheAgentsRestarts(t *testing.T) {
 	r := follow.wait(t, 60*time.Second)
 	if r.Code != 0 || !strings.Contains(r.Stderr, "waiting: cannot reach the agent") || !strings.Contains(r.Stdout, "device.info") {
 		t.Fatalf("outbound --follow: exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// Approvals that nobody decided because they went away are recorded as
+// withdrawn, in words: A2A switched off with a delegation waiting, and a
+// caller canceling its waiting task. Never Go's "context canceled".
+func TestWithdrawnApprovalsAudited(t *testing.T) {
+	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Name: "laptop"})
+	mustCLI(t, n, "a2a", "on")
+	grantID, token := grantToken(t, n, "--name", "agent-1", "--scope", "agent")
+
+	sendWaiting(t, n, token, 0)
+	mustCLI(t, n, "a2a", "off")
+	apptest.WaitFor(t, 30*time.Second, "the switch-off withdrawal in the audit trail", func() bool {
+		_, ok := findEntry(auditEntries(t, n, "--kind", "approval"), app.AuditEntry{Kind: "approval", GrantID: grantID,
+			Result: "withdrawn", DecidedBy: "node", Params: "withdrawn: A2A was switched off"})
+		return ok
+	})
+
+	mustCLI(t, n, "a2a", "on")
+	ap := sendWaiting(t, n, token, 0)
+	if _, err := apptest.A2AClient(t, n.BaseURL, token).CancelTask(context.Background(), &a2a.TaskIDParams{ID: a2a.TaskID(ap.TaskID)}); err != nil {
+		t.Fatalf("tasks/cancel of the waiting task: %v", err)
+	}
+	apptest.WaitFor(t, 30*time.Second, "the caller's cancel in the audit trail", func() bool {
+		_, ok := findEntry(auditEntries(t, n), app.AuditEntry{Kind: "approval", GrantID: grantID,
+			Result: "withdrawn", DecidedBy: "node", Params: "withdrawn: the caller canceled it"})
+		return ok
+	})
+	out := mustCLI(t, n, "audit", "--kind", "approval").Stdout
+	if strings.Contains(out, "context canceled") || strings.Count(out, "withdrawn") < 4 {
+		t.Fatalf("audit --kind approval:\n%s", out)
+	}
+	for _, e := range auditEntries(t, n, "--kind", "approval") {
+		if e.Result == "denied" || strings.Contains(e.Params, "context") {
+			t.Errorf("an approval nobody denied: %+v", e)
+		}
 	}
 }

@@ -316,7 +316,7 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 	}
 	d, qerr := n.approvals.askQueued(ctx, a, t.Queued)
 	if qerr != nil {
-		return agent.Decision{Reason: "withdrawn: " + qerr.Error()}
+		return agent.Decision{Reason: d.Reason}
 	}
 	if d.Approved() {
 		if reason := n.grantGone(g.ID); reason != "" {

@@ -23,7 +23,8 @@ type Kind string
 const (
 	// KindApproval: an approval decision. Subject is what was asked (the
 	// summary), GrantID and Peer who asked, Via the listener the request
-	// came on, Result "approved" or "denied", DecidedBy who decided
+	// came on, Result "approved", "denied" or "withdrawn" (nobody
+	// decided: the request went away first), DecidedBy who decided
 	// ("owner", a device id, "policy", "node" for a timeout, a withdrawal
 	// or a restart), DecidedVia where (a Where value; "" when the request
 	// went away), Params why a request was refused or what an approval
