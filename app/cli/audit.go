@@ -27,7 +27,8 @@ func (c *cli) auditCommand() *cobra.Command {
 		Use:   "audit [--since DURATION|TIME] [--grant ID] [--kind KIND] [--follow] [--json]",
 		Short: "Show the audit trail: decisions, capability runs, grant and pairing changes, A2A and LAN switches",
 		Long: `Show the node's audit trail, oldest first: every approval decision (who
-asked, decided by whom and where), every capability run (capability,
+asked, approved or denied by whom and where, or withdrawn: nobody decided
+before the request went away), every capability run (capability,
 parameter summary, caller, result, duration), every change of a grant
 (issued, paused, resumed, revoked, rotated, approval policy) and of a
 pairing (paired, denied, expired, a device that revoked this one's grant),
