@@ -280,12 +280,18 @@ func TestAgentRestartIsFollowedUp(t *testing.T) {
 // (tried again), not as a refusal.
 func TestRestartingErrorIsTransient(t *testing.T) {
 	t.Parallel()
-	for _, re := range []*RPCError{
-		{Code: agent.CodeRestarting, Message: "the node is restarting", Reason: agent.RestartingReason},
+	// As meshtray writes it over 0.3 (data an object) and 1.0 (an
+	// ErrorInfo in the data array), read by the tolerant layer.
+	for v1, doc := range map[bool]string{
+		false: `{"jsonrpc":"2.0","id":1,"error":{"code":-32013,"message":"the node is restarting","data":{"reason":"NODE_RESTARTING","taskId":"t1"}}}`,
+		true: `{"jsonrpc":"2.0","id":1,"error":{"code":-32013,"message":"the node is restarting","data":[` +
+			`{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"NODE_RESTARTING","domain":"meshtray"},` +
+			`{"@type":"type.googleapis.com/google.protobuf.Struct","value":{"taskId":"t1"}}]}}`,
 	} {
+		_, re := normalizeResponse([]byte(doc), v1)
 		err := classify("node-a", true, re)
-		if !transient(err) || !strings.Contains(err.Error(), `device "node-a" is restarting`) {
-			t.Errorf("%v: %v (transient %v)", re, err, transient(err))
+		if !transient(err) || !agentRestarting(err) || !strings.Contains(err.Error(), `device "node-a" is restarting`) {
+			t.Errorf("1.0 %v: %v (transient %v)", v1, err, transient(err))
 		}
 	}
 	// The same code without meshtray's reason is another agent's own.
