@@ -250,7 +250,11 @@ func (s *sendRun) run(ctx context.Context) (SendResult, error) {
 	defer func() { stopExchange(); <-exchanged }()
 	go func() {
 		defer close(exchanged)
-		exchangeDone <- s.sess.Exchange(xctx, msg, s.onEvent)
+		err := s.sess.Exchange(xctx, msg, s.onEvent)
+		if delegate.AgentRestarting(err) {
+			s.receiverStopping()
+		}
+		exchangeDone <- err
 	}()
 
 	// Wait for the receiver to take the bytes, or for the task to end.
@@ -429,6 +433,25 @@ func (s *sendRun) onEvent(ev a2a.Event) {
 	if changed {
 		s.emit(SendEvent{Type: SendEventState, State: string(st.State), Message: text})
 	}
+}
+
+// receiverStopping ends the send when the receiver says it stops with its
+// tasks kept (delegate.AgentRestarting: a clean stop, for an update or a
+// reboot; its stream ends with that error, not a final state). A transfer
+// does not outlive the receiving process (after its restart the task ends
+// failed and the partial files go), so the sender stops now: canceled,
+// ReceiverShutDownText.
+func (s *sendRun) receiverStopping() {
+	s.mu.Lock()
+	if s.ended || s.taskID == "" {
+		s.mu.Unlock()
+		return
+	}
+	s.state, s.status = a2a.TaskStateCanceled, ReceiverShutDownText
+	s.ended = true
+	close(s.final)
+	s.mu.Unlock()
+	s.emit(SendEvent{Type: SendEventState, State: string(a2a.TaskStateCanceled), Message: ReceiverShutDownText})
 }
 
 // takeArtifactLocked reads the result artifact (a DataPart holding a

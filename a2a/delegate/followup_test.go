@@ -290,7 +290,7 @@ func TestRestartingErrorIsTransient(t *testing.T) {
 	} {
 		_, re := normalizeResponse([]byte(doc), v1)
 		err := classify("node-a", true, re)
-		if !transient(err) || !agentRestarting(err) || !strings.Contains(err.Error(), `device "node-a" is restarting`) {
+		if !transient(err) || !AgentRestarting(err) || !strings.Contains(err.Error(), `device "node-a" is restarting`) {
 			t.Errorf("1.0 %v: %v (transient %v)", v1, err, transient(err))
 		}
 	}

@@ -564,7 +564,7 @@ func classifyToken(name string, peer bool, token string, err error) error {
 		return mk(ErrCardUnpublished, "%s: %s", what, cause(err))
 	case errors.Is(err, ErrCardInvalid):
 		return mk(ErrCardInvalid, "%s: %s", what, cause(err))
-	case agentRestarting(err):
+	case AgentRestarting(err):
 		// A meshtray stopping with its tasks kept: the task goes on after
 		// its restart, so this is contact lost for now, tried again.
 		return mk(ErrAgentUnreachable, "%s is restarting (it keeps its tasks)", what)
@@ -631,9 +631,11 @@ func netCause(err error) string {
 	return stripURLs(err)
 }
 
-// agentRestarting reports the CodeRestarting error of a meshtray agent
-// stopping with its tasks kept (agent.RestartingReason).
-func agentRestarting(err error) bool {
+// AgentRestarting reports the CodeRestarting error of a meshtray agent
+// stopping with its tasks kept (agent.RestartingReason), as an exchange
+// or a call returns it (classified ErrAgentUnreachable: the task goes on
+// after the agent's restart).
+func AgentRestarting(err error) bool {
 	var re *RPCError
 	return errors.As(err, &re) && re.Code == agent.CodeRestarting && re.Reason == agent.RestartingReason
 }
@@ -745,7 +747,7 @@ func (r *remote) exchangeOnce(ctx context.Context, params *a2a.MessageSendParams
 			return r.classify(streamErr)
 		}
 		if streamErr != nil {
-			if c := r.classify(streamErr); !transient(c) || agentRestarting(c) {
+			if c := r.classify(streamErr); !transient(c) || AgentRestarting(c) {
 				// A refusal, or a meshtray agent going down to restart:
 				// polling it now would only fail (the follow-up waits).
 				return c
