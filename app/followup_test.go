@@ -32,7 +32,7 @@ func freePort(t *testing.T) int {
 //     ant's stream with "restarting", not "canceled"); after the restart
 //     bee asks again, its owner approves, and ant's outbound ends
 //     completed;
-//   - a kill -9 for longer than ant's polling tolerates (~13 s): ant keeps
+//   - a kill -9 for longer than ant used to follow it (~13 s): ant keeps
 //     the task live, says it cannot reach bee and when it tries again,
 //     `outbound ID --follow` waits, and once bee is back and approves, the
 //     task completes; ant is not restarted.

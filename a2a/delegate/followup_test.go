@@ -131,8 +131,8 @@ func watchUntilEnd(t *testing.T, ob *Outbound, id string) <-chan []OutboundEvent
 }
 
 // An agent that goes away while it works on a delegated task, for longer
-// than polling tolerates (pollFailures, ~13 s), and comes back with the
-// task: the node keeps the task live, says it cannot reach the agent and
+// than the node used to follow it (polling gave up after pollFailures,
+// ~13 s and more), and comes back with the task: the node keeps the task live, says it cannot reach the agent and
 // when it tries again, keeps a watch open, and follows the task to the
 // agent's final state, without a restart of the node. Over a stream and
 // over polling.
@@ -159,7 +159,7 @@ func TestLostAgentIsFollowedUpAtRunTime(t *testing.T) {
 			watch := watchUntilEnd(t, ob, task.ID)
 
 			relay.down()
-			// Past the ~13 s polling tolerates: the node still follows.
+			// Past the ~13 s after which the node used to give up.
 			time.Sleep(16 * time.Second)
 			got, err := ob.Get(task.ID)
 			if err != nil {

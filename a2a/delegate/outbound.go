@@ -451,6 +451,7 @@ func (o *Outbound) follow(ctx context.Context, e *outEntry, rem *remote, params 
 	o.wg.Add(1)
 	stream, id := e.view.Streaming, e.view.ID
 	o.mu.Unlock()
+	rem.pollTolerance = 1 // a lost agent goes to the follow-up (followUp) at once
 	go func() {
 		defer o.wg.Done()
 		got := false

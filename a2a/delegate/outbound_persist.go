@@ -404,6 +404,7 @@ func (o *Outbound) followUpOnce(ctx context.Context, e *outEntry) error {
 		return err
 	}
 	defer rem.Close()
+	rem.pollTolerance = 1 // lost again: back to followUp's backoff
 	t, err := rem.client.GetTask(ctx, &a2a.TaskQueryParams{ID: taskID})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -403,6 +403,10 @@ type remote struct {
 	hc     *http.Client
 	client rpcClient
 	close  func() // releases idle connections of a per-call transport; may be nil
+	// pollTolerance is how many transient failures in a row poll takes
+	// before it reports the contact lost (0: pollFailures). The outbound
+	// view takes 1: its follow-up retries a lost agent, visibly.
+	pollTolerance int
 }
 
 // rpcClient is the four calls meshtray makes of an agent, in a2a-go
@@ -795,7 +799,10 @@ const maxStale = 30 * time.Second
 func (r *remote) poll(ctx context.Context, id a2a.TaskID, stale *a2a.TaskStatus, on func(a2a.Event)) error {
 	staleUntil := time.Now().Add(maxStale)
 	delay := pollFirst
-	fails := 0
+	fails, tolerance := 0, r.pollTolerance
+	if tolerance <= 0 {
+		tolerance = pollFailures
+	}
 	var last a2a.TaskStatus
 	timer := time.NewTimer(jitter(delay))
 	defer timer.Stop()
@@ -811,7 +818,7 @@ func (r *remote) poll(ctx context.Context, id a2a.TaskID, stale *a2a.TaskStatus,
 				return ctx.Err()
 			}
 			c := r.classify(err)
-			if fails++; !transient(c) || fails >= pollFailures {
+			if fails++; !transient(c) || fails >= tolerance {
 				return c
 			}
 		} else {
