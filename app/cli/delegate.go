@@ -34,7 +34,8 @@ const (
 
 const exitCodesHelp = `Exit codes: 0 completed, 10 failed, 11 canceled, 12 rejected,
 13 input-required (answer with ` + "`meshtray answer TASK ...`" + `), 14 auth-required;
-1 when the delegation could not be sent or the node lost track of the task,
+1 when the delegation could not be sent, or the agent stayed unreachable
+for the whole follow-up (an hour) or failed in a way retrying cannot fix,
 4 when no node runs.`
 
 // messageFlags are the content flags of delegate and answer.
