@@ -377,6 +377,8 @@ func refusalText(err error) string {
 		return fmt.Sprintf("this device ran out of space while receiving %q (something else filled its disk); the partial file is removed", fe.Path)
 	case errors.Is(err, files.ErrTooMany), errors.Is(err, files.ErrTooLarge):
 		return "over this device's limits: " + err.Error()
+	case errors.Is(err, files.ErrBadName):
+		return "a file name is refused: " + strings.TrimPrefix(err.Error(), files.ErrBadName.Error()+": ")
 	}
 	return err.Error()
 }
