@@ -346,6 +346,9 @@ func (r *Receiver) prepare(id, sender string, m Manifest) (*Transfer, int64, err
 	if len(m.Files) > l.MaxFiles {
 		return nil, 0, fmt.Errorf("%w: %d, at most %d in one transfer", ErrTooMany, len(m.Files), l.MaxFiles)
 	}
+	if err := refusedNames(m); err != nil {
+		return nil, 0, err
+	}
 	t := &Transfer{ID: id, Sender: sender, r: r, sem: make(chan struct{}, l.MaxUploads),
 		done: make(chan struct{}), files: make([]*recvFile, len(m.Files))}
 	t.wake, t.end = context.WithCancel(context.Background())
@@ -377,6 +380,28 @@ func (r *Receiver) prepare(id, sender string, m Manifest) (*Transfer, int64, err
 	}
 	t.remaining = len(t.files)
 	return t, total, nil
+}
+
+// refusedNames is ErrBadName naming every refused path of m (the first
+// five, then how many more), nil when CleanPath takes them all.
+func refusedNames(m Manifest) error {
+	var names []string
+	n := 0
+	for _, e := range m.Files {
+		if _, err := CleanPath(e.Path); err != nil {
+			n++
+			if len(names) < 5 {
+				names = append(names, strings.TrimPrefix(err.Error(), ErrBadName.Error()+": "))
+			}
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case n > len(names):
+		return fmt.Errorf("%w: %s and %d more", ErrBadName, strings.Join(names, ", "), n-len(names))
+	}
+	return fmt.Errorf("%w: %s", ErrBadName, strings.Join(names, ", "))
 }
 
 // Transfer returns the registered transfer id (ErrNotFound).
