@@ -198,8 +198,9 @@ func TestSendFolderWithOneRefusedName(t *testing.T) {
 // the receiver; a file whose bytes differ from the announced SHA-256 is
 // said to have changed on the sending computer.
 func TestTransferTextsForTheSender(t *testing.T) {
-	b := apptest.StartNode(t, apptest.Options{Name: "bee", Keychain: "file",
-		Config: "[files]\nmax_file_size = \"1MiB\"\n"})
+	dir := t.TempDir()
+	b := apptest.StartNode(t, apptest.Options{Name: "bee", Keychain: "file", FilesDir: dir,
+		Config: fmt.Sprintf("[files]\ndir = %q\nmax_file_size = \"1MiB\"\n", dir)})
 	mustCLI(t, b, "a2a", "on")
 	s := newRawSender(t, b, "agent")
 	mustCLI(t, b, "grant", "set", s.grant, "--files", "allow")
@@ -238,7 +239,7 @@ func TestTransferTextsForTheSender(t *testing.T) {
 		end := s.ended(task.ID)
 		check(t, end, a2a.TaskStateCompleted, "saved 1 file")
 		raw, _ := json.Marshal(end.Artifacts)
-		if strings.Contains(string(raw), b.FilesDir) || !strings.Contains(string(raw), "kept.txt") {
+		if strings.Contains(string(raw), b.FilesDir) || strings.Contains(string(raw), `"dir"`) || !strings.Contains(string(raw), `"path":"kept.txt"`) {
 			t.Fatalf("artifact %s", raw)
 		}
 	})

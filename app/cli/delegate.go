@@ -379,6 +379,7 @@ func (c *cli) follow(cmd *cobra.Command, detach bool,
 			return errors.New(ev.Error)
 		}
 		if c.asJSON {
+			c.printedJSON = true // a stream of JSON lines: a failure adds no object
 			if err := jsonout.WriteLine(c.opts.Stdout, ev); err != nil {
 				return err
 			}
