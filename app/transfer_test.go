@@ -124,11 +124,9 @@ func TestSendFilesBetweenPairedNodes(t *testing.T) {
 		}
 		decide(t, b, ap.ID, true)
 		res, err := run.wait(t, 60*time.Second)
-		if err != nil || res.State != string(a2a.TaskStateCompleted) || res.Dir != "" || len(res.Files) != 3 {
+		if err != nil || res.State != string(a2a.TaskStateCompleted) || res.Dir != b.FilesDir || len(res.Files) != 3 {
 			t.Fatalf("send: %+v, %v; events %+v", res, err, run.events)
 		}
-		// The sender learns the paths inside the receive folder, never
-		// the folder's absolute path.
 		if res.Files[0].Path != "note (1).txt" {
 			t.Errorf("a taken name: saved as %q", res.Files[0].Path)
 		}
@@ -198,7 +196,7 @@ func TestSendFilesBetweenPairedNodes(t *testing.T) {
 	t.Run("meshtray send, allowed by the policy", func(t *testing.T) {
 		r := mustCLI(t, a, "send", "bee", filepath.Join(src, "Trip"))
 		want := sha256File(t, filepath.Join(src, "Trip", "sub", "day2.txt"))
-		if !strings.Contains(r.Stdout, "saved in the receive folder of bee") || strings.Contains(r.Stdout, b.FilesDir) || !strings.Contains(r.Stdout, want) ||
+		if !strings.Contains(r.Stdout, "saved in "+b.FilesDir) || !strings.Contains(r.Stdout, want) ||
 			!strings.Contains(r.Stderr, "completed") || !strings.Contains(r.Stderr, "sent Trip/sub/day2.txt") {
 			t.Fatalf("send:\nstdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
 		}
