@@ -2,9 +2,9 @@ package files
 
 import (
 	"errors"
-	"strings"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 

@@ -89,7 +89,7 @@ type Receiver struct {
 	// begun (Reserve: waiting for the owner), bytes by transfer ID.
 	reserved map[string]int64 // guarded by mu
 	closed   bool             // guarded by mu
-	puts      sync.WaitGroup       // running PUTs; Close waits for them
+	puts     sync.WaitGroup   // running PUTs; Close waits for them
 }
 
 // NewReceiver creates dir (0700, with parents) when missing and returns a
