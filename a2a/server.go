@@ -328,6 +328,13 @@ func (s *Server) CancelOwner(owner, reason string) int {
 	return s.cancelWhere(func(t *task) bool { return t.owner == owner }, errors.New(reason))
 }
 
+// CancelTask ends the live task id, whoever's it is, as CancelOwner ends
+// an owner's (a final canceled status carrying reason); false when no live
+// task has that id. For app: the owner canceling an incoming transfer.
+func (s *Server) CancelTask(id a2a.TaskID, reason string) bool {
+	return s.cancelWhere(func(t *task) bool { return t.id == id }, errors.New(reason)) > 0
+}
+
 // cancelWhere cancels every live task match selects with cause and waits
 // for their running turns (at most CancelWait in all); it returns how many
 // live tasks it ended.

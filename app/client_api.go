@@ -387,14 +387,18 @@ func (s *Stream[T]) Next() (T, error) {
 // Close ends the stream.
 func (s *Stream[T]) Close() error { return s.body.Close() }
 
+// ErrNodeLost: the local node stopped answering in the middle of a send
+// (killed, crashed, stopped): the transfer did not finish.
+var ErrNodeLost = errors.New("the local meshtray node stopped during the transfer")
+
 // SendFiles is POST /files/send (owner only): the files and folders at
 // paths (absolute; the node reads them) to the paired device named device
 // (its name, or its short or full device ID), followed to the end. onEvent
 // (may be nil) gets every state and progress line; the result line is
 // returned. An error is a refusal before anything was sent (*APIError:
 // 404 no such device, 400 a path that cannot be read, 409 a device reached
-// only through its browser page, 502 the device unreachable), or the
-// stream cut before its result; a transfer that ended otherwise than
+// only through its browser page, 502 the device unreachable), or
+// ErrNodeLost when the stream is cut before its result; a transfer that ended otherwise than
 // completed is a SendResult with that State and no error.
 func (c *Client) SendFiles(ctx context.Context, device string, paths []string, onEvent func(SendEvent)) (SendResult, error) {
 	s, err := openStream[SendEvent](ctx, c, http.MethodPost, "/files/send", SendRequest{Device: device, Paths: paths})
@@ -405,8 +409,10 @@ func (c *Client) SendFiles(ctx context.Context, device string, paths []string, o
 	for {
 		ev, err := s.Next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("the node ended the transfer's stream without its result")
+			if ctx.Err() == nil {
+				// The stream opened, so the node took the send: losing
+				// it now is the node stopping under it.
+				err = fmt.Errorf("%w (%v)", ErrNodeLost, err)
 			}
 			return SendResult{}, err
 		}
@@ -424,4 +430,17 @@ func (c *Client) SendFiles(ctx context.Context, device string, paths []string, o
 func (c *Client) ReceivedFiles(ctx context.Context) ([]ReceivedTransfer, error) {
 	var rs []ReceivedTransfer
 	return rs, c.Do(ctx, http.MethodGet, "/files/received", nil, &rs)
+}
+
+// IncomingFiles is GET /files/incoming: the transfers this device is
+// receiving now.
+func (c *Client) IncomingFiles(ctx context.Context) ([]IncomingTransfer, error) {
+	var ts []IncomingTransfer
+	return ts, c.Do(ctx, http.MethodGet, "/files/incoming", nil, &ts)
+}
+
+// CancelIncoming is POST /files/incoming/{task}/cancel: end a transfer
+// being received (its partial files removed).
+func (c *Client) CancelIncoming(ctx context.Context, task string) error {
+	return c.Do(ctx, http.MethodPost, "/files/incoming/"+url.PathEscape(task)+"/cancel", nil, nil)
 }

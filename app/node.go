@@ -75,9 +75,10 @@ type Node struct {
 	// grant ends them (endGrantWork).
 	work grantWork
 
-	ctx    context.Context // canceled by Close: ends long-lived handlers and loops
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // background loops
+	ctx     context.Context // canceled by Close: ends long-lived handlers and loops
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // background loops
+	sending *sendingLog    // the sends under way (sending.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -318,6 +319,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.restoreDelegation(); err != nil {
 		return err
 	}
+	// Sends a kill cut short: canceled at their receivers, which would
+	// hold their partial files and free space otherwise.
+	sending, stale := openSendingLog(cfg.StateDir)
+	n.sending = sending
+	n.cancelStaleSends(stale)
 
 	// Grant changes from here on are seen by watchGrants, against the
 	// grants active before anything is served.
@@ -719,6 +725,7 @@ func (n *Node) Status() Status {
 		PendingApprovals: pend,
 		OnlinePeers:      online,
 		OutboundWaiting:  n.outboundWaiting(),
+		Incoming:         n.IncomingFiles(),
 	}
 }
 

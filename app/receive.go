@@ -13,9 +13,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -53,9 +55,18 @@ type receiving struct {
 	log    *slog.Logger
 
 	mu       sync.Mutex
-	recv     *files.Receiver    // opened on first use, or at start when the folder exists; guarded by mu
-	closed   bool               // guarded by mu
-	received []ReceivedTransfer // newest first, at most maxReceivedKept; guarded by mu
+	recv     *files.Receiver          // opened on first use, or at start when the folder exists; guarded by mu
+	closed   bool                     // guarded by mu
+	received []ReceivedTransfer       // newest first, at most maxReceivedKept; guarded by mu
+	live     map[string]*liveTransfer // transfers under way by task ID; guarded by mu
+}
+
+// liveTransfer is one transfer under way, for the owner's listing.
+type liveTransfer struct {
+	peer    string
+	tr      *files.Transfer
+	started time.Time
+	moved   atomic.Int64 // unix nanoseconds of the last progress
 }
 
 // startFiles sets up the receive folder (files.dir, default
@@ -292,9 +303,14 @@ func (n *Node) approveFiles(ctx context.Context, t agent.TaskApproval, g pairing
 	if err != nil {
 		return agent.Decision{Reason: "this device cannot receive files: " + err.Error()}
 	}
-	if err := recv.Check(in.manifest); err != nil {
+	// The free space is held from now on, while the owner decides, so a
+	// transfer admitted later counts it (Reserve); it is released when the
+	// turn ends, unless Begin took it over by then.
+	id := string(t.TaskID)
+	if err := recv.Reserve(id, in.manifest); err != nil {
 		return agent.Decision{Reason: refusalText(err)}
 	}
+	context.AfterFunc(ctx, func() { recv.Release(id) })
 	a := approvalFrom(t.Caller, g)
 	a.Kind = KindFiles
 	a.Summary = t.Summary
@@ -345,15 +361,24 @@ func boundRunes(s string, n int) string {
 	return string(rs[:n-1]) + "…"
 }
 
-// refusalText says a receiver refusal for the sender.
+// refusalText says a receiver refusal or failure for the sender, in words
+// that name the file (files.FileError) and never the receive folder's
+// absolute path.
 func refusalText(err error) string {
+	var fe *files.FileError
+	named := errors.As(err, &fe)
+	var se *files.SpaceError
 	switch {
-	case errors.Is(err, files.ErrNoSpace):
-		return "not enough free space on this device: " + err.Error()
+	case errors.Is(err, files.ErrHashMismatch) && named:
+		return fmt.Sprintf("%q changed on the sending computer while it was being sent (its SHA-256 is no longer the one announced), so it was not kept: send it again", fe.Path)
+	case errors.As(err, &se):
+		return "this device has " + err.Error()
+	case errors.Is(err, files.ErrNoSpace) && named:
+		return fmt.Sprintf("this device ran out of space while receiving %q (something else filled its disk); the partial file is removed", fe.Path)
 	case errors.Is(err, files.ErrTooMany), errors.Is(err, files.ErrTooLarge):
 		return "over this device's limits: " + err.Error()
 	case errors.Is(err, files.ErrBadName):
-		return "a file name is refused: " + err.Error()
+		return "a file name is refused: " + strings.TrimPrefix(err.Error(), files.ErrBadName.Error()+": ")
 	}
 	return err.Error()
 }
@@ -376,24 +401,45 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 	}
 	tr, err := recv.Begin(id, sender, in.manifest)
 	if err != nil {
+		recv.Release(id)
 		ex.Fail(refusalText(err))
 		return
 	}
 	defer recv.Forget(id)
+	now := time.Now()
+	lt := &liveTransfer{tr: tr, started: now.UTC()}
+	lt.moved.Store(now.UnixNano())
+	if caller != nil {
+		lt.peer = caller.Grant.Name
+	}
+	n.recv.mu.Lock()
+	if n.recv.live == nil {
+		n.recv.live = make(map[string]*liveTransfer)
+	}
+	n.recv.live[id] = lt
+	n.recv.mu.Unlock()
+	defer func() {
+		n.recv.mu.Lock()
+		delete(n.recv.live, id)
+		n.recv.mu.Unlock()
+	}()
 	for i, data := range in.inline {
 		if data == nil {
 			continue
 		}
 		if err := putInline(ctx, recv, id, i, data); err != nil {
 			tr.Cancel()
-			ex.Fail(fmt.Sprintf("file %d: %v", i, err))
+			ex.Fail(fmt.Sprintf("%q: %v", in.manifest.Files[i].Path, err))
 			return
 		}
 	}
 	m := in.manifest
+	// The sender reads the status and the result: one of the owner's
+	// meshtray devices the folder's path, a phone or an agent not its
+	// absolute path (dirFor).
 	dir := dirFor(caller, recv.Dir())
-	ex.Working(fmt.Sprintf("receiving %d file(s), %s, into %s", len(m.Files), humanize.IBytes(uint64(m.Total())), dir))
-	res, err := n.waitTransfer(ctx, tr)
+	ex.Working(fmt.Sprintf("receiving %s (%s) into %s", fileCount(len(m.Files)), humanize.IBytes(uint64(m.Total())), dir))
+	res, err := n.waitTransfer(ctx, tr, lt)
 	if ctx.Err() != nil {
 		tr.Cancel()
 		return // the engine ends the task canceled
@@ -410,7 +456,7 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 		return
 	}
 	n.noteReceived(caller, id, res)
-	ex.Complete(fmt.Sprintf("saved %d file(s) in %s", len(res.Files), dir))
+	ex.Complete(fmt.Sprintf("saved %s in %s", fileCount(len(res.Files)), dir))
 }
 
 // dirFor is the receive folder dir as the sender p reads it: the absolute
@@ -436,9 +482,70 @@ func shownDir(dir string) string {
 	return filepath.Base(dir)
 }
 
+// IncomingTransfer is one transfer this device is receiving now (GET
+// /files/incoming): its task, the sender, how much arrived and when the
+// last byte did. `meshtray cancel TASK` (POST
+// /files/incoming/{task}/cancel) ends it.
+type IncomingTransfer struct {
+	TaskID   string    `json:"task_id"`
+	Peer     string    `json:"peer"`
+	Files    int       `json:"files"`
+	Size     int64     `json:"size"`     // bytes announced
+	Received int64     `json:"received"` // bytes on disk
+	Started  time.Time `json:"started"`
+	LastByte time.Time `json:"last_byte"` // the last progress (Started before any)
+}
+
+// IncomingFiles lists the transfers under way, oldest first.
+func (n *Node) IncomingFiles() []IncomingTransfer {
+	out := []IncomingTransfer{}
+	if n.recv == nil {
+		return out
+	}
+	n.recv.mu.Lock()
+	defer n.recv.mu.Unlock()
+	for id, lt := range n.recv.live {
+		st := lt.tr.Status()
+		it := IncomingTransfer{TaskID: id, Peer: lt.peer, Files: len(st.Files), Started: lt.started,
+			LastByte: time.Unix(0, lt.moved.Load()).UTC()}
+		for _, f := range st.Files {
+			it.Size += f.Size
+			if f.Saved != nil {
+				it.Received += f.Size
+			} else {
+				it.Received += f.Offset
+			}
+		}
+		out = append(out, it)
+	}
+	slices.SortFunc(out, func(a, b IncomingTransfer) int { return a.Started.Compare(b.Started) })
+	return out
+}
+
+// errNoIncoming: no transfer under way has that task ID.
+var errNoIncoming = errors.New("no transfer is being received under that task")
+
+// CancelIncoming ends the incoming transfer of task id as the owner: the
+// task ends canceled (its state on disk first), the partial files are
+// removed and the free space it held is free again. The sender reads
+// that the owner canceled it.
+func (n *Node) CancelIncoming(id string) error {
+	n.recv.mu.Lock()
+	_, ok := n.recv.live[id]
+	n.recv.mu.Unlock()
+	if !ok || n.agent == nil {
+		return fmt.Errorf("%w: %q (meshtray status lists them)", errNoIncoming, clipID(id))
+	}
+	if !n.agent.CancelTask(a2a.TaskID(id), "canceled by the owner of the receiving device; what had arrived is removed") {
+		return fmt.Errorf("%w: %q (it just ended)", errNoIncoming, clipID(id))
+	}
+	n.log.Info("incoming transfer canceled by the owner", "task", id)
+	return nil
+}
+
 // waitTransfer waits for tr to end, failing it when no byte arrived for
-// the idle bound.
-func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer) (files.Result, error) {
+// the idle bound; lt (may be nil) records the progress for the owner.
+func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer, lt *liveTransfer) (files.Result, error) {
 	idle := n.recv.idle
 	tick := time.NewTicker(min(idle/4, 15*time.Second))
 	defer tick.Stop()
@@ -452,6 +559,9 @@ func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer) (files.Resu
 		case <-tick.C:
 			if p := progressOf(tr.Status()); p != last {
 				last, moved = p, time.Now()
+				if lt != nil {
+					lt.moved.Store(moved.UnixNano())
+				}
 			} else if time.Since(moved) > idle {
 				tr.Cancel()
 				res, _ := tr.Wait(ctx)
@@ -490,7 +600,16 @@ func putInline(ctx context.Context, recv *files.Receiver, id string, i int, data
 	return &files.StatusError{Code: rec.Code, Message: body.Error}
 }
 
-// resultData is res as the DataPart object of the result artifact.
+// fileCount is "1 file" or "N files".
+func fileCount(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", n)
+}
+
+// resultData is res as the DataPart object of the result artifact (its
+// Dir as the sender reads it: dirFor).
 func resultData(res files.Result) (map[string]any, error) {
 	if res.Files == nil {
 		res.Files = []files.Saved{}

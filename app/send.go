@@ -32,10 +32,12 @@ const maxSendPaths = 1000
 var ErrBrowserOnly = errors.New("the device is reached only through its browser page")
 
 // sendRoutes mounts POST /files/send (the local owner only: it reads this
-// device's files) and GET /files/received.
+// device's files), GET /files/received and the transfers being received.
 //
-//	POST /files/send     SendRequest -> NDJSON SendEvent lines, the last a result
-//	GET  /files/received -> [ReceivedTransfer], newest first
+//	POST /files/send                 SendRequest -> NDJSON SendEvent lines, the last a result
+//	GET  /files/received             -> [ReceivedTransfer], newest first
+//	GET  /files/incoming             -> [IncomingTransfer], oldest first
+//	POST /files/incoming/{id}/cancel -> 204 (404: no such transfer under way)
 func (n *Node) sendRoutes(mux *http.ServeMux) {
 	local, owner := n.localRoutes(mux), n.ownerRoutes(mux)
 	owner("POST /files/send", func(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +75,16 @@ func (n *Node) sendRoutes(mux *http.ServeMux) {
 	})
 	local("GET /files/received", func(w http.ResponseWriter, r *http.Request) {
 		jsonout.Write(w, http.StatusOK, n.ReceivedFiles())
+	})
+	local("GET /files/incoming", func(w http.ResponseWriter, r *http.Request) {
+		jsonout.Write(w, http.StatusOK, n.IncomingFiles())
+	})
+	owner("POST /files/incoming/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.CancelIncoming(r.PathValue("id")); err != nil {
+			writeError(w, http.StatusNotFound, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 }
 
@@ -132,6 +144,16 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 	if len(srcs) == 0 {
 		return SendResult{}, badRequest("nothing to send: the folders hold no regular files")
 	}
+	var refused Refused
+	if h != nil {
+		// A name the device would refuse holds back only its file.
+		if srcs, refused = refuseNames(srcs); refused.Count > 0 && len(srcs) == 0 {
+			return SendResult{}, badRequest("nothing to send: the device would refuse every name (%s)", refusedList(refused))
+		}
+		if refused.Count > 0 {
+			emit(SendEvent{Type: SendEventRefused, Refused: &refused})
+		}
+	}
 	if skipped.Count > 0 {
 		emit(SendEvent{Type: SendEventSkipped, Skipped: &skipped})
 	}
@@ -139,7 +161,26 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 	if skipped.Count > 0 {
 		res.Skipped = &skipped
 	}
+	if refused.Count > 0 {
+		res.Refused = &refused
+	}
 	return res, err
+}
+
+// refusedList is the refused files as one line: "a\\b (backslash), …".
+func refusedList(r Refused) string {
+	var b strings.Builder
+	for i, e := range r.Entries {
+		if i == 5 {
+			fmt.Fprintf(&b, ", and %d more", r.Count-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q: %s", e.Path, e.Reason)
+	}
+	return b.String()
 }
 
 // sendSources sends srcs to the device held as h, or offers them to the
@@ -223,6 +264,36 @@ type sendRun struct {
 	final   chan struct{}
 	ended   bool
 	result  *files.Result
+	logged  bool // the task is in the node's record of sends under way (sendingLog)
+}
+
+// record puts the receiver's task id in the node's record of sends under
+// way, once: a node killed before the send ends cancels it at its next
+// start (cancelStaleSends).
+func (s *sendRun) record(id a2a.TaskID) {
+	s.mu.Lock()
+	if s.logged || s.n.sending == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.logged = true
+	s.mu.Unlock()
+	e := sendingEntry{TaskID: string(id), Device: s.h.PeerID, Name: s.h.Name, Started: time.Now().UTC()}
+	if err := s.n.sending.add(e); err != nil {
+		s.n.log.Warn("cannot record a send under way (a kill now leaves it to the receiver's idle bound)", "task", id, "err", err)
+	}
+}
+
+// unrecord drops the send from the record once it is over.
+func (s *sendRun) unrecord() {
+	s.mu.Lock()
+	id, logged := s.taskID, s.logged
+	s.mu.Unlock()
+	if logged {
+		if err := s.n.sending.remove(string(id)); err != nil {
+			s.n.log.Warn("cannot update the record of sends under way", "task", id, "err", err)
+		}
+	}
 }
 
 // sendRetries is files.Client.Retries for a send.
@@ -247,7 +318,7 @@ func (s *sendRun) run(ctx context.Context) (SendResult, error) {
 	// The exchange reports through s.onEvent to the caller's emit: it must
 	// have returned before run does, or it writes to a stream whose
 	// handler is gone.
-	defer func() { stopExchange(); <-exchanged }()
+	defer func() { stopExchange(); <-exchanged; s.unrecord() }()
 	go func() {
 		defer close(exchanged)
 		err := s.sess.Exchange(xctx, msg, s.onEvent)
@@ -393,6 +464,15 @@ func (s *sendRun) isEnded() bool {
 func (s *sendRun) onEvent(ev a2a.Event) {
 	var st *a2a.TaskStatus
 	s.mu.Lock()
+	hadID := s.taskID != ""
+	defer func() {
+		s.mu.Lock()
+		id := s.taskID
+		s.mu.Unlock()
+		if !hadID && id != "" {
+			s.record(id)
+		}
+	}()
 	switch v := ev.(type) {
 	case *a2a.Task:
 		if s.taskID == "" {

@@ -37,18 +37,64 @@ const (
 	SendEventState    = "state"
 	SendEventProgress = "progress"
 	SendEventSkipped  = "skipped"
+	SendEventRefused  = "refused"
 	SendEventResult   = "result"
 )
+
+// Refused are the files of a send that are not sent because the receiver
+// would refuse their names (files.CleanPath, the receiver's own rule: "..",
+// a backslash or colon, control characters, ...): how many, and each with
+// why (the first maxRefusedListed). The others are sent: one odd name does
+// not hold back a folder.
+type Refused struct {
+	Count   int           `json:"count"`
+	Entries []RefusedFile `json:"entries"`
+}
+
+// RefusedFile is one file not sent: its path as it would have been sent
+// and why its name is refused.
+type RefusedFile struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// maxRefusedListed bounds Refused.Entries.
+const maxRefusedListed = 100
+
+// refuseNames splits srcs into the files whose names the receiver takes
+// and those it would refuse (Refused).
+func refuseNames(srcs []files.Source) ([]files.Source, Refused) {
+	kept := srcs[:0:0]
+	var ref Refused
+	for _, s := range srcs {
+		_, err := files.CleanPath(s.Entry.Path)
+		if err == nil {
+			kept = append(kept, s)
+			continue
+		}
+		ref.Count++
+		if len(ref.Entries) < maxRefusedListed {
+			why := strings.TrimPrefix(err.Error(), files.ErrBadName.Error()+": ")
+			if _, after, ok := strings.Cut(why, " ("); ok {
+				why = strings.TrimSuffix(after, ")")
+			}
+			ref.Entries = append(ref.Entries, RefusedFile{Path: s.Entry.Path, Reason: why})
+		}
+	}
+	return kept, ref
+}
 
 // SendEvent is one line of the NDJSON answer of POST /files/send:
 //
 //	{"type":"state","state":"submitted|working|input-required|completed|failed|rejected|canceled","message":"..."}
 //	{"type":"progress","file":i,"path":"rel/path","done":N,"size":N,"total_done":N,"total":N}
 //	{"type":"skipped","count":N,"entries":[{"path":"Trip/link","type":"symbolic link"}...]}
-//	{"type":"result","task_id":"...","state":"...","message":"...","dir":"...","files":[files.Saved...],"skipped":{...}}
+//	{"type":"refused","count":N,"entries":[{"path":"Trip/a\\b.txt","reason":"backslash"}...]}
+//	{"type":"result","task_id":"...","state":"...","message":"...","dir":"...","files":[files.Saved...],"skipped":{...},"refused":{...}}
 //
 // A skipped line (files.Skipped: the links and special files of the
-// folders, not sent) comes first when there are any, before anything is
+// folders, not sent) and a refused line (Refused: files not sent for
+// their names) come first when there are any, before anything is
 // sent; a state line with each change of the receiver's task (state names
 // of A2A 0.3); progress lines at most once per MiB per file and at the end
 // of each file (after a resume done may step back to the receiver's
@@ -66,6 +112,8 @@ type SendEvent struct {
 	Total     int64  `json:"total"`
 	// skipped
 	Skipped *files.Skipped `json:"-"`
+	// refused
+	Refused *Refused `json:"-"`
 	// result
 	Result *SendResult `json:"-"`
 }
@@ -92,6 +140,15 @@ func (e SendEvent) MarshalJSON() ([]byte, error) {
 			Type string `json:"type"`
 			files.Skipped
 		}{e.Type, sk})
+	case SendEventRefused:
+		ref := Refused{Entries: []RefusedFile{}}
+		if e.Refused != nil {
+			ref = *e.Refused
+		}
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			Refused
+		}{e.Type, ref})
 	case SendEventResult:
 		r := SendResult{State: e.State, Message: e.Message}
 		if e.Result != nil {
@@ -129,6 +186,13 @@ func (e *SendEvent) UnmarshalJSON(b []byte) error {
 		}
 		e.Skipped = &sk
 	}
+	if e.Type == SendEventRefused {
+		var ref Refused
+		if err := json.Unmarshal(b, &ref); err != nil {
+			return err
+		}
+		e.Refused = &ref
+	}
 	if e.Type == SendEventResult {
 		var r SendResult
 		if err := json.Unmarshal(b, &r); err != nil {
@@ -151,6 +215,8 @@ type SendResult struct {
 	// Skipped are the entries of the folders that were not sent (links,
 	// special files); nil when there were none.
 	Skipped *files.Skipped `json:"skipped,omitempty"`
+	// Refused are the files not sent for their names; nil when none were.
+	Refused *Refused `json:"refused,omitempty"`
 }
 
 // ReceivedTransfer is one completed incoming transfer (GET /files/received).

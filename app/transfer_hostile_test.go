@@ -218,7 +218,7 @@ func TestReceiveFromHostileSender(t *testing.T) {
 		}
 		raw, _ := json.Marshal(task.Artifacts[0].Parts[0].(a2a.DataPart).Data)
 		var res files.Result
-		if err := json.Unmarshal(raw, &res); err != nil || res.Dir != b.FilesDir || len(res.Files) != 2 || res.Files[0].Path != "_CON" || res.Files[0].SHA256 != hexSum(evil) {
+		if err := json.Unmarshal(raw, &res); err != nil || filepath.IsAbs(res.Dir) || len(res.Files) != 2 || res.Files[0].Path != "_CON" || res.Files[0].SHA256 != hexSum(evil) {
 			t.Fatalf("result %s (%v)", raw, err)
 		}
 	})

@@ -38,6 +38,9 @@ type Status struct {
 	// waits for the owner (A2A input-required or auth-required, A2A 0.3.0
 	// §6.3): GET /a2a/outbound has their questions.
 	OutboundWaiting int `json:"outbound_waiting"`
+	// Incoming are the file transfers being received now (GET
+	// /files/incoming); `meshtray cancel TASK` ends one.
+	Incoming []IncomingTransfer `json:"incoming"`
 }
 
 // ListenerStatus is one serving address.

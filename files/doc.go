@@ -52,9 +52,11 @@
 // from then on the sender PUTs the bytes under Prefix + taskID + "/" +
 // index on the same origin as the A2A endpoint, with the same token. The
 // task ends completed with one artifact named "files" holding a DataPart
-// that is the Result JSON ({"dir", "files": [{path, size, media_type,
-// sha256}]}), or failed, rejected or canceled with the reason as its status
-// message. Cancelling the task aborts the transfer and removes its partial
+// that is the Result JSON ({"files": [{path, size, media_type, sha256}]},
+// paths relative to the receive folder; the folder's own path is never
+// said to a sender), or failed, rejected or canceled with the reason as
+// its status message. The receiver holds the transfer's free space from
+// admission (Receiver.Reserve, before the owner decides) until it ends. Cancelling the task aborts the transfer and removes its partial
 // files; a PUT cut off resumes (HEAD, then Content-Range) as long as the
 // task lives.
 //

@@ -315,7 +315,7 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 	}
 	s, err := t.finish(f)
 	if errors.Is(err, ErrHashMismatch) {
-		return nil, h.lie(t, f, err)
+		return nil, h.lie(t, f, &FileError{Index: f.index, Path: f.entry.Path, Err: err})
 	}
 	if err != nil {
 		return nil, h.writeFailed(t, f, err)
@@ -331,9 +331,9 @@ func (h *handler) lie(t *Transfer, _ *recvFile, err error) error {
 
 // writeFailed fails the transfer for a local write error (ErrNoSpace when
 // the disk or quota is full).
-func (h *handler) writeFailed(t *Transfer, _ *recvFile, err error) error {
+func (h *handler) writeFailed(t *Transfer, f *recvFile, err error) error {
 	if isNoSpace(err) {
-		err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+		err = &FileError{Index: f.index, Path: f.entry.Path, Err: fmt.Errorf("%w: %w", ErrNoSpace, err)}
 	}
 	t.fail(err)
 	return err

@@ -53,7 +53,7 @@ type Saved struct {
 // Result is the outcome of a transfer: the receive folder and every file
 // saved in it, in manifest order.
 type Result struct {
-	Dir   string  `json:"dir"`
+	Dir   string  `json:"dir,omitempty"`
 	Files []Saved `json:"files"`
 }
 

@@ -41,7 +41,7 @@ const partialSuffix = ".meshtray-partial"
 // "_CON.txt").
 func CleanPath(p string) (string, error) {
 	refuse := func(why string) (string, error) {
-		return "", fmt.Errorf("%w: %q: %s", ErrBadName, p, why)
+		return "", fmt.Errorf("%w: %q (%s)", ErrBadName, p, why)
 	}
 	if p == "" {
 		return refuse("empty")

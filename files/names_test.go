@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -94,4 +95,25 @@ func TestDefaultDirXDG(t *testing.T) {
 	check(filepath.Join(home, "Downloads", AppFolder))
 	write("XDG_DOWNLOAD_DIR=relative/x\n") // malformed
 	check(filepath.Join(home, "Downloads", AppFolder))
+}
+
+// TestRefusedNamesNamesEach: a receiver refusing names says each of them,
+// not only the first (five, then how many more).
+func TestRefusedNamesNamesEach(t *testing.T) {
+	m := Manifest{}
+	for _, p := range []string{"ok.txt", `a\b.txt`, "../up", "fine/x", "c:d", "e\x01", "f\x02", "g\x03"} {
+		m.Files = append(m.Files, Entry{Path: p})
+	}
+	err := refusedNames(m)
+	if !errors.Is(err, ErrBadName) {
+		t.Fatalf("refusedNames = %v", err)
+	}
+	for _, want := range []string{`"a\\b.txt"`, `"../up"`, `"c:d"`, "and 1 more"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q does not name %s", err, want)
+		}
+	}
+	if refusedNames(Manifest{Files: []Entry{{Path: "ok.txt"}}}) != nil {
+		t.Fatal("a good name refused")
+	}
 }

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dustin/go-humanize"
 )
 
 // Defaults of Limits (zero fields take them).
@@ -83,8 +85,11 @@ type Receiver struct {
 
 	mu        sync.Mutex
 	transfers map[string]*Transfer // guarded by mu
-	closed    bool                 // guarded by mu
-	puts      sync.WaitGroup       // running PUTs; Close waits for them
+	// reserved is the free space held for transfers admitted but not
+	// begun (Reserve: waiting for the owner), bytes by transfer ID.
+	reserved map[string]int64 // guarded by mu
+	closed   bool             // guarded by mu
+	puts     sync.WaitGroup   // running PUTs; Close waits for them
 }
 
 // NewReceiver creates dir (0700, with parents) when missing and returns a
@@ -105,7 +110,7 @@ func NewReceiver(dir string, limits Limits, logger *slog.Logger) (*Receiver, err
 		return nil, fmt.Errorf("files: receive folder: %w", err)
 	}
 	r := &Receiver{dir: abs, root: root, limits: limits.withDefaults(), log: logger,
-		transfers: make(map[string]*Transfer)}
+		transfers: make(map[string]*Transfer), reserved: make(map[string]int64)}
 	if n, err := r.sweep(); n > 0 || err != nil {
 		logger.Info("files: removed partial files of transfers that did not finish", "files", n, "err", err)
 	}
@@ -205,9 +210,10 @@ func (r *Receiver) Begin(id, sender string, m Manifest) (*Transfer, error) {
 	if _, ok := r.transfers[id]; ok {
 		return nil, ErrExists
 	}
-	if err := r.spaceLocked(total); err != nil {
+	if err := r.spaceLocked(id, total); err != nil {
 		return nil, err
 	}
+	delete(r.reserved, id) // the transfer's own pending bytes count now
 	r.transfers[id] = t
 	return t, nil
 }
@@ -227,23 +233,105 @@ func (r *Receiver) Check(m Manifest) error {
 	if r.closed {
 		return ErrClosed
 	}
-	return r.spaceLocked(total)
+	return r.spaceLocked("", total)
 }
 
-// spaceLocked refuses a transfer of total bytes that would leave less than
-// KeepFree once every active transfer completes; r.mu held.
-func (r *Receiver) spaceLocked(total int64) error {
-	l := r.limits
-	need := uint64(total) + uint64(l.KeepFree)
-	for _, o := range r.transfers {
-		need += uint64(o.pendingBytes())
+// Reserve runs Check's checks of m and, when they pass, holds its total
+// size of the free space for transfer id until Begin(id) takes it over
+// (its pending bytes count from then on), or Release or Forget drops it:
+// a transfer admitted while its owner decides is counted against every
+// transfer admitted after it, so two that cannot both fit are not both
+// admitted. Reserving an id again replaces its reservation. Same errors as
+// Begin.
+func (r *Receiver) Reserve(id string, m Manifest) error {
+	if !validID(id) {
+		return fmt.Errorf("%w: transfer id must be 1-64 of [A-Za-z0-9_-]", ErrBadManifest)
 	}
+	t, total, err := r.prepare(id, "", m)
+	if err != nil {
+		return err
+	}
+	t.end()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if _, ok := r.transfers[id]; ok {
+		return ErrExists
+	}
+	if err := r.spaceLocked(id, total); err != nil {
+		return err
+	}
+	r.reserved[id] = total
+	return nil
+}
+
+// Release drops the reservation of transfer id (Reserve), if any.
+func (r *Receiver) Release(id string) {
+	r.mu.Lock()
+	delete(r.reserved, id)
+	r.mu.Unlock()
+}
+
+// Reserved is the free space held now (bytes): the reservations of
+// transfers not begun and the bytes still to come of those under way.
+func (r *Receiver) Reserved() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.heldLocked("")
+}
+
+// heldLocked is the free space held for every transfer but self; r.mu
+// held. A transfer under way holds only the bytes still to come: those in
+// its partial files are on the disk already, so the free space the file
+// system reports has counted them.
+func (r *Receiver) heldLocked(self string) int64 {
+	var held int64
+	for id, o := range r.transfers {
+		if id != self {
+			held += o.pendingBytes()
+		}
+	}
+	for id, n := range r.reserved {
+		if id != self {
+			held += n
+		}
+	}
+	return held
+}
+
+// SpaceError is ErrNoSpace with its figures (bytes): what the transfer
+// needs, what is kept free (Limits.KeepFree), what other transfers hold
+// (Reserve, and the bytes still to come of those under way) and what the
+// file system has free.
+type SpaceError struct {
+	Need, KeepFree, Held int64
+	Free                 uint64
+}
+
+func (e *SpaceError) Error() string {
+	s := fmt.Sprintf("%s: the files need %s and %s is kept free", ErrNoSpace, humanize.IBytes(uint64(e.Need)), humanize.IBytes(uint64(e.KeepFree)))
+	if e.Held > 0 {
+		s += fmt.Sprintf(", other transfers under way hold %s", humanize.IBytes(uint64(e.Held)))
+	}
+	return s + fmt.Sprintf("; %s is free", humanize.IBytes(e.Free))
+}
+
+func (e *SpaceError) Unwrap() error { return ErrNoSpace }
+
+// spaceLocked refuses a transfer of total bytes that would leave less than
+// KeepFree once every other transfer (all but self: under way or reserved)
+// completes; r.mu held.
+func (r *Receiver) spaceLocked(self string, total int64) error {
+	l := r.limits
+	held := r.heldLocked(self)
 	free, err := freeSpace(r.dir)
 	if err != nil {
-		return fmt.Errorf("files: free space: %w", err)
+		return fmt.Errorf("reading the free space: %w", err)
 	}
-	if free < need {
-		return fmt.Errorf("%w: %d bytes needed (with %d kept free), %d available", ErrNoSpace, need, l.KeepFree, free)
+	if free < uint64(total)+uint64(l.KeepFree)+uint64(held) {
+		return &SpaceError{Need: total, KeepFree: l.KeepFree, Held: held, Free: free}
 	}
 	return nil
 }
@@ -256,7 +344,10 @@ func (r *Receiver) prepare(id, sender string, m Manifest) (*Transfer, int64, err
 		return nil, 0, fmt.Errorf("%w: no files", ErrBadManifest)
 	}
 	if len(m.Files) > l.MaxFiles {
-		return nil, 0, fmt.Errorf("%w: %d files, at most %d", ErrTooMany, len(m.Files), l.MaxFiles)
+		return nil, 0, fmt.Errorf("%w: %d, at most %d in one transfer", ErrTooMany, len(m.Files), l.MaxFiles)
+	}
+	if err := refusedNames(m); err != nil {
+		return nil, 0, err
 	}
 	t := &Transfer{ID: id, Sender: sender, r: r, sem: make(chan struct{}, l.MaxUploads),
 		done: make(chan struct{}), files: make([]*recvFile, len(m.Files))}
@@ -265,29 +356,52 @@ func (r *Receiver) prepare(id, sender string, m Manifest) (*Transfer, int64, err
 	for i, e := range m.Files {
 		clean, err := CleanPath(e.Path)
 		if err != nil {
-			return nil, 0, fmt.Errorf("file %d: %w", i, err)
+			return nil, 0, err // names the path
 		}
 		if path.Base(e.Path) != e.Name {
-			return nil, 0, fmt.Errorf("%w: file %d: path does not end in name", ErrBadManifest, i)
+			return nil, 0, &FileError{i, e.Path, fmt.Errorf("%w: the path does not end in the name", ErrBadManifest)}
 		}
 		if e.Size < 0 {
-			return nil, 0, fmt.Errorf("%w: file %d: negative size", ErrBadManifest, i)
+			return nil, 0, &FileError{i, e.Path, fmt.Errorf("%w: negative size", ErrBadManifest)}
 		}
 		if e.Size > l.MaxFileSize {
-			return nil, 0, fmt.Errorf("%w: file %d: %d bytes, at most %d", ErrTooLarge, i, e.Size, l.MaxFileSize)
+			return nil, 0, &FileError{i, e.Path, fmt.Errorf("%w: %s, at most %s a file", ErrTooLarge,
+				humanize.IBytes(uint64(e.Size)), humanize.IBytes(uint64(l.MaxFileSize)))}
 		}
 		if err := checkSHA256(e.SHA256); err != nil {
-			return nil, 0, fmt.Errorf("file %d: %w", i, err)
+			return nil, 0, &FileError{i, e.Path, err}
 		}
 		total += e.Size
 		if total > l.MaxTransferSize {
-			return nil, 0, fmt.Errorf("%w: more than %d bytes in the transfer", ErrTooLarge, l.MaxTransferSize)
+			return nil, 0, fmt.Errorf("%w: more than %s in one transfer", ErrTooLarge, humanize.IBytes(uint64(l.MaxTransferSize)))
 		}
-		t.files[i] = &recvFile{entry: e, clean: clean,
+		t.files[i] = &recvFile{index: i, entry: e, clean: clean,
 			partial: path.Join(path.Dir(clean), "."+id+"."+strconv.Itoa(i)+partialSuffix)}
 	}
 	t.remaining = len(t.files)
 	return t, total, nil
+}
+
+// refusedNames is ErrBadName naming every refused path of m (the first
+// five, then how many more), nil when CleanPath takes them all.
+func refusedNames(m Manifest) error {
+	var names []string
+	n := 0
+	for _, e := range m.Files {
+		if _, err := CleanPath(e.Path); err != nil {
+			n++
+			if len(names) < 5 {
+				names = append(names, strings.TrimPrefix(err.Error(), ErrBadName.Error()+": "))
+			}
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case n > len(names):
+		return fmt.Errorf("%w: %s and %d more", ErrBadName, strings.Join(names, ", "), n-len(names))
+	}
+	return fmt.Errorf("%w: %s", ErrBadName, strings.Join(names, ", "))
 }
 
 // Transfer returns the registered transfer id (ErrNotFound).
@@ -307,6 +421,7 @@ func (r *Receiver) Forget(id string) {
 	r.mu.Lock()
 	t := r.transfers[id]
 	delete(r.transfers, id)
+	delete(r.reserved, id)
 	r.mu.Unlock()
 	if t != nil {
 		t.Cancel()
@@ -336,6 +451,7 @@ type Transfer struct {
 // offset and saved belong to that PUT; offset and saved are also guarded by
 // Transfer.mu for readers.
 type recvFile struct {
+	index   int
 	entry   Entry
 	clean   string // CleanPath(entry.Path)
 	partial string // temporary name, root-relative

@@ -251,7 +251,7 @@ type StatusError struct {
 }
 
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("files: receiver answered %d: %s", e.Code, e.Message)
+	return fmt.Sprintf("the receiving device answered %d: %s", e.Code, e.Message)
 }
 
 // Is maps the statuses of the package doc back to the sentinels.

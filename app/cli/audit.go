@@ -169,6 +169,7 @@ func (c *cli) followAudit(cmd *cobra.Command, q app.AuditQuery) error {
 			return fmt.Errorf("audit follow: %w", err)
 		}
 		if c.asJSON {
+			c.printedJSON = true // a stream of JSON lines: a failure adds no object
 			if err := jsonout.WriteLine(c.opts.Stdout, e); err != nil {
 				return err
 			}

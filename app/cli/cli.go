@@ -58,6 +58,9 @@ type cli struct {
 	stateDir string
 	port     int
 	asJSON   bool
+	// printedJSON: the command printed its JSON (a failure after it adds
+	// none).
+	printedJSON bool
 
 	// node flags (serve and the tray)
 	name     string
@@ -91,15 +94,39 @@ func run(args []string, opts options) int {
 		if ex.msg != "" {
 			fmt.Fprintln(opts.Stderr, "meshtray:", ex.msg)
 		}
+		c.jsonError(ex.msg, ex.code)
 		return ex.code
 	}
 	fmt.Fprintln(opts.Stderr, "meshtray:", err)
+	code := exitCode(err, opts.Stderr)
+	c.jsonError(err.Error(), code)
+	return code
+}
+
+// jsonError prints {"error", "exit_code"} on stdout for a --json command
+// that failed without printing its JSON (the one way every --json command
+// reports a failure to a script; the sentence also goes to stderr).
+func (c *cli) jsonError(msg string, code int) {
+	if !c.asJSON || c.printedJSON {
+		return
+	}
+	if msg == "" {
+		msg = fmt.Sprintf("exit code %d", code)
+	}
+	if b, err := jsonout.MarshalIndent(map[string]any{"error": msg, "exit_code": code}); err == nil {
+		c.opts.Stdout.Write(append(b, '\n'))
+	}
+}
+
+// exitCode is the exit code of an error that is not an *exitError (with
+// the hint for a node not running, on stderr).
+func exitCode(err error, stderr io.Writer) int {
 	var wrongPort *app.WrongPortError
 	switch {
 	case errors.As(err, &wrongPort):
 		return ExitNotRunning
 	case errors.Is(err, app.ErrNotRunning):
-		fmt.Fprintln(opts.Stderr, "start it with `meshtray` (tray) or `meshtray serve` (headless), with the same --state-dir;\n"+
+		fmt.Fprintln(stderr, "start it with `meshtray` (tray) or `meshtray serve` (headless), with the same --state-dir;\n"+
 			"a node started with another --state-dir is reached with that --state-dir (--port alone does not find it)")
 		return ExitNotRunning
 	case errors.Is(err, keychain.ErrUnavailable):
@@ -326,6 +353,7 @@ func (c *cli) printJSON(v any) error {
 	if err != nil {
 		return err
 	}
+	c.printedJSON = true
 	_, err = c.opts.Stdout.Write(append(b, '\n'))
 	return err
 }

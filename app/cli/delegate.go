@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -171,9 +172,16 @@ shows (or a prefix of it, or the agent's task id).
 func (c *cli) cancelCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel TASK",
-		Short: "Cancel a delegated task at its agent (the work stops there)",
-		Args:  exactArgs(1),
+		Short: "Cancel a delegated task at its agent, or a file transfer this device is receiving",
+		Long: `Cancel TASK: a task this device delegated (meshtray outbound lists them) is
+canceled at its agent, where the work stops; a file transfer this device is
+receiving (meshtray status lists them as "receiving") ends canceled, its
+partial files removed and the free space it held released.`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if done, err := c.cancelIncoming(cmd, args[0]); done {
+				return err
+			}
 			return show(c, cmd, func(cl *app.Client, ctx context.Context) (delegate.OutboundTask, error) {
 				return cl.Cancel(ctx, args[0])
 			}, func(t delegate.OutboundTask) error {
@@ -184,6 +192,28 @@ func (c *cli) cancelCommand() *cobra.Command {
 	}
 	c.jsonFlag(cmd)
 	return cmd
+}
+
+// cancelIncoming cancels the incoming transfer of task when one is under
+// way; done is false when there is none (task names a delegated task).
+func (c *cli) cancelIncoming(cmd *cobra.Command, task string) (done bool, err error) {
+	cl, ctx, closeAPI, err := c.api(cmd)
+	if err != nil {
+		return true, err
+	}
+	defer closeAPI()
+	ts, err := cl.IncomingFiles(ctx)
+	if err != nil || !slices.ContainsFunc(ts, func(t app.IncomingTransfer) bool { return t.TaskID == task }) {
+		return false, nil
+	}
+	if err := cl.CancelIncoming(ctx, task); err != nil {
+		return true, err
+	}
+	if c.asJSON {
+		return true, c.printJSON(map[string]string{"task_id": task, "state": "canceled"})
+	}
+	fmt.Fprintf(c.opts.Stdout, "incoming transfer %s: canceled (its partial files are removed)\n", task)
+	return true, nil
 }
 
 func (c *cli) outboundCommand() *cobra.Command {
@@ -350,6 +380,7 @@ func (c *cli) follow(cmd *cobra.Command, detach bool,
 			return errors.New(ev.Error)
 		}
 		if c.asJSON {
+			c.printedJSON = true // a stream of JSON lines: a failure adds no object
 			if err := jsonout.WriteLine(c.opts.Stdout, ev); err != nil {
 				return err
 			}

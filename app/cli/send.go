@@ -42,7 +42,11 @@ transfer on a terminal, one line per file otherwise. At the end the saved
 files are printed (stdout): path on the device, size, SHA-256. --json prints
 the result object instead ({"task_id", "state", "message", "dir", "files",
 and "skipped": {"count", "entries": [{"path", "type"}]} when entries were
-skipped).
+skipped, "refused": {"count", "entries": [{"path", "reason"}]} when files
+were not sent for their names). A file whose name the device would refuse
+(files.CleanPath: "..", a backslash or colon, control characters) is not
+sent and named on stderr first; the others are (exit 0 when they all
+arrive).
 
 ` + sendExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -75,6 +79,19 @@ skipped).
 				// canceled code the help promises, not "nothing sent".
 				return &exitError{code: ExitTaskCanceled, msg: "canceled: the device removes what it had of unfinished files"}
 			}
+			if errors.Is(err, app.ErrNodeLost) {
+				// The node died under the send: the transfer failed; its
+				// partial file stays at the receiver until this node
+				// starts again (it cancels the transfer there) or the
+				// receiver's idle bound ends it.
+				res = app.SendResult{State: string(a2a.TaskStateFailed), Message: nodeLostText, Files: []files.Saved{}}
+				if c.asJSON {
+					if err := c.printJSON(res); err != nil {
+						return err
+					}
+				}
+				return &exitError{code: ExitTaskFailed, msg: nodeLostText}
+			}
 			if err != nil {
 				return err
 			}
@@ -83,7 +100,7 @@ skipped).
 					return err
 				}
 			} else {
-				c.printSendResult(res)
+				c.printSendResult(args[0], res)
 			}
 			return sendExit(res, pr.said())
 		},
@@ -92,12 +109,19 @@ skipped).
 	return cmd
 }
 
-const sendExitHelp = `Exit codes: 0 every file saved, 10 failed (the device restarted during the
-transfer, among others), 11 canceled (Ctrl-C, or the device shut down),
-12 rejected (the owner or a policy of the device refused, or the device
-cannot take the files);
-1 when nothing could be sent (unknown device, unreadable path, device
-unreachable), 4 when no node runs.`
+const sendExitHelp = `Exit codes: 0 every file saved; 10 failed, after the transfer began (the
+device restarted, a file changed while it was sent, the device's disk filled
+up meanwhile, the connection or this device's node was lost for good);
+11 canceled (Ctrl-C, the device shut down, or its owner canceled it);
+12 rejected, before any byte was sent (the owner or a policy of the device
+refused, or the device cannot take the files: its limits, or its free space
+counting the transfers it has already admitted); 1 when nothing could be
+sent (unknown device, unreadable path, device unreachable), 4 when no node
+runs. With --json an exit 1 prints {"error": "...", "exit_code": 1} on
+stdout.`
+
+// nodeLostText is said when the local node stopped in the middle of a send.
+const nodeLostText = "the local meshtray node stopped during the transfer; the receiving device removes what it received of unfinished files when this node starts again (or after 10 minutes without bytes): start the node and run meshtray send again (it starts over)"
 
 // sendExit is the exit code of a transfer's final state, with its message
 // unless the last state line (said) already showed it.
@@ -120,11 +144,36 @@ func sendExit(res app.SendResult, said string) error {
 	return &exitError{code: ExitError, msg: "the transfer ended " + line}
 }
 
-func (c *cli) printSendResult(res app.SendResult) {
+// refusedShown bounds the refused files listed on stderr.
+const refusedShown = 20
+
+// printRefused lists the files not sent for their names, one a line.
+func printRefused(w io.Writer, r app.Refused) {
+	noun := "files"
+	if r.Count == 1 {
+		noun = "file"
+	}
+	fmt.Fprintf(w, "not sending %d %s whose name the device would refuse (the others are sent):\n", r.Count, noun)
+	for i, e := range r.Entries {
+		if i == refusedShown {
+			break
+		}
+		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), oneLine(e.Reason, 100))
+	}
+	if more := r.Count - min(len(r.Entries), refusedShown); more > 0 {
+		fmt.Fprintf(w, "  … and %d more\n", more)
+	}
+}
+
+func (c *cli) printSendResult(device string, res app.SendResult) {
 	if len(res.Files) == 0 {
 		return
 	}
-	fmt.Fprintf(c.opts.Stdout, "saved in %s:\n", oneLine(res.Dir, 300))
+	if res.Dir != "" {
+		fmt.Fprintf(c.opts.Stdout, "saved in %s:\n", oneLine(res.Dir, 300))
+	} else {
+		fmt.Fprintf(c.opts.Stdout, "saved in the receive folder of %s:\n", oneLine(device, 64))
+	}
 	w := c.table()
 	for _, f := range res.Files {
 		fmt.Fprintf(w, "  %s\t%s\t%s\n", oneLine(f.Path, 200), humanize.IBytes(uint64(f.Size)), f.SHA256)
@@ -194,6 +243,12 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		if ev.Skipped != nil && ev.Skipped.Count > 0 {
 			p.clearLocked()
 			printSkipped(p.w, *ev.Skipped)
+			p.drawLocked(true)
+		}
+	case app.SendEventRefused:
+		if ev.Refused != nil && ev.Refused.Count > 0 {
+			p.clearLocked()
+			printRefused(p.w, *ev.Refused)
 			p.drawLocked(true)
 		}
 	case app.SendEventState:

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/dustin/go-humanize"
+
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -55,6 +57,11 @@ func (c *cli) statusCommand() *cobra.Command {
 				}
 				fmt.Fprintf(w, "approvals\t%d pending\n", st.PendingApprovals)
 				fmt.Fprintf(w, "peers\t%d online\n", st.OnlinePeers)
+				for _, it := range st.Incoming {
+					fmt.Fprintf(w, "receiving\t%s from %s: %s of %s, last byte %s (meshtray cancel %s stops it)\n",
+						it.TaskID, oneLine(it.Peer, 64), humanize.IBytes(uint64(it.Received)), humanize.IBytes(uint64(it.Size)),
+						ago(it.LastByte), it.TaskID)
+				}
 				if st.LogDir != "" {
 					fmt.Fprintf(w, "logs\t%s\n", st.LogDir)
 				}

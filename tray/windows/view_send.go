@@ -210,6 +210,18 @@ func (v *sendView) finished(res app.SendResult, err error) {
 				fmt.Fprintf(&b, "… and %d more\n", more)
 			}
 		}
+		if rf := res.Refused; rf != nil && rf.Count > 0 {
+			fmt.Fprintf(&b, "\nNot sent, %d with a name %s would refuse:\n", rf.Count, v.device)
+			for i, e := range rf.Entries {
+				if i == maxSendRows {
+					break
+				}
+				b.WriteString(e.Path + " (" + e.Reason + ")\n")
+			}
+			if more := rf.Count - min(len(rf.Entries), maxSendRows); more > 0 {
+				fmt.Fprintf(&b, "… and %d more\n", more)
+			}
+		}
 		v.result.SetText(strings.TrimSpace(b.String()))
 		v.result.Show()
 		v.paths = nil

@@ -46,3 +46,15 @@ func TestSendViewListsSkipped(t *testing.T) {
 		t.Errorf("result:\n%s", got)
 	}
 }
+
+// TestSendViewListsRefused: the window's result names the files not sent
+// because the device would refuse their names.
+func TestSendViewListsRefused(t *testing.T) {
+	test.NewTempApp(t)
+	v := newSendView("desk", sendCallbacks{})
+	v.finished(app.SendResult{State: "completed", Dir: "/d", Files: []files.Saved{{Path: "Box/ok.txt"}},
+		Refused: &app.Refused{Count: 1, Entries: []app.RefusedFile{{Path: `Box/a\b.txt`, Reason: "backslash"}}}}, nil)
+	if got := v.result.Text; !strings.Contains(got, "Not sent, 1 with a name desk would refuse:\nBox/a\\b.txt (backslash)") {
+		t.Errorf("result:\n%s", got)
+	}
+}
