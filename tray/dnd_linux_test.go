@@ -120,8 +120,9 @@ func hashNames(m map[string][32]byte) []string {
 // bee's peer window opens "Send files to bee" and sends them at once;
 // another file dropped on that send window, once done, goes the same way.
 // bee's receive folder ends with exactly the dropped files, names and
-// relative paths kept, SHA-256s matching; the send window lists what was
-// saved.
+// relative paths kept, SHA-256s matching (that the window put each
+// dropped path on its list is seen there: the window sends its list at
+// once on a drop; the screenshots show the per-file rows).
 func TestDropFilesOnWindows(t *testing.T) {
 	d := startDesktop(t, false)
 	dir := t.TempDir()
@@ -233,11 +234,14 @@ func TestDropFilesOnWindows(t *testing.T) {
 	// The send window itself takes a drop once done: the file goes too.
 	more := t.TempDir()
 	randomFile(t, more, "late addition.txt", 1234)
-	maps := treeHashes(t, more)
+	late := treeHashes(t, more)
 	dropOn(t, d, sendWin, filepath.Join(more, "late addition.txt"))
-	for k, v := range maps {
+	for k, v := range late {
 		want[k] = v
 	}
 	waitReceived(t, d, sendWin, "dnd-3-sent-again", bee.FilesDir, want)
 	settledShot(t, d, sendWin, "dnd-3-sent-again", "the send window after the drop on it")
+	// The peer window, filled in by now (its title changes a frame before
+	// its content is drawn, so the first picture may show the bare ID).
+	settledShot(t, d, peerWin, "dnd-4-peer", "bee's peer window at the end")
 }
