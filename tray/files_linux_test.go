@@ -207,16 +207,23 @@ func TestSendFilesWindow(t *testing.T) {
 	// Again with the chooser: "Add files…" (top left, under the text)
 	// opens Fyne's file dialog over the window, in the home folder: its
 	// grid shows (Parent), picked.txt and run; pick the file, Open, Send.
+	// Where to click comes from the window's size (xdotool
+	// getwindowgeometry): the buttons hang from the window's left and
+	// right edges, and the dialog (420 high, as wide as the window) is
+	// centred on it. Open, once a file is picked, is the dialog's one
+	// primary-coloured button, found in the picture.
+	w, h := windowSize(t, d, win)
 	clickAt(t, d, win, 63, 147)
 	pollShot(t, d, win, "send-chooser", "the file chooser over the window", 15*time.Second, func(_ string, img image.Image) bool {
 		return blankness(img) == "" && !sameImage(img, done)
 	})
-	clickAt(t, d, win, 295, 160)
-	clickAt(t, d, win, 504, 427)
+	clickAt(t, d, win, 295, h/2-80)
+	_, ox, oy := buttonShot(t, d, win, "send-chooser-picked", "the chooser with the file picked")
+	clickAt(t, d, win, ox, oy)
 	// Send, top right (the progress bars share its colour, so findPrimary
 	// would not single it out).
 	settledShot(t, d, win, "send-picked", "the window with the picked file")
-	clickAt(t, d, win, 493, 147)
+	clickAt(t, d, win, w-47, 147)
 	apptest.WaitFor(t, 20*time.Second, "the second offer", func() bool {
 		get("/files/offers", &offers)
 		return len(offers) == 1

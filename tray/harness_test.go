@@ -793,6 +793,29 @@ func clickAt(t *testing.T, d *desktop, win string, x, y int) {
 	}
 }
 
+// windowSize is the window's width and height in pixels (xdotool
+// getwindowgeometry --shell).
+func windowSize(t *testing.T, d *desktop, win string) (w, h int) {
+	t.Helper()
+	out, err := xcmd(d, "xdotool", "getwindowgeometry", "--shell", win).Output()
+	if err != nil {
+		t.Fatalf("xdotool getwindowgeometry %s: %v", win, err)
+	}
+	for _, line := range strings.Fields(string(out)) {
+		k, v, _ := strings.Cut(line, "=")
+		switch k {
+		case "WIDTH":
+			w, _ = strconv.Atoi(v)
+		case "HEIGHT":
+			h, _ = strconv.Atoi(v)
+		}
+	}
+	if w == 0 || h == 0 {
+		t.Fatalf("xdotool getwindowgeometry %s: %s", win, out)
+	}
+	return w, h
+}
+
 // getStatus reads a URL's status code (loopback only).
 func getStatus(t *testing.T, url string) int {
 	t.Helper()

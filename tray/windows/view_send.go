@@ -46,6 +46,8 @@ type sendView struct {
 	paths   []string
 	sending bool
 
+	heading  *widget.Label
+	intro    *widget.Label
 	list     *fyne.Container
 	state    *widget.Label
 	total    *widget.ProgressBar
@@ -81,9 +83,11 @@ func newSendView(device string, cb sendCallbacks) *sendView {
 	v.sendBtn.Importance = widget.HighImportance
 	v.stopBtn = widget.NewButtonWithIcon("Cancel", theme.CancelIcon(), func() { cb.Cancel() })
 	v.stopBtn.Hide()
+	v.heading = heading("Send files to " + device)
+	v.intro = mutedLabel(sendIntro(device))
 	v.root = container.NewPadded(newFixedWidth(500, container.NewVScroll(container.NewVBox(
-		heading("Send files to "+device),
-		mutedLabel("Drop files or folders on this window, or add them here. The owner of "+device+" approves them there; a phone downloads them from its meshtray page."),
+		v.heading,
+		v.intro,
 		container.NewHBox(v.addBtn, v.dirBtn, layout.NewSpacer(), v.stopBtn, v.sendBtn),
 		v.list,
 		widget.NewSeparator(),
@@ -91,6 +95,28 @@ func newSendView(device string, cb sendCallbacks) *sendView {
 	))))
 	v.renderList()
 	return v
+}
+
+// setDevice names the device in the heading, the explanation and the
+// states to come (its name, once looked up).
+func (v *sendView) setDevice(name string) {
+	v.device = name
+	v.heading.SetText("Send files to " + name)
+	v.intro.SetText(sendIntro(name))
+}
+
+func sendIntro(device string) string {
+	return "Drop files or folders on this window, or add them here. The owner of " + device + " approves them there; a phone downloads them from its meshtray page."
+}
+
+// sendDeviceLabel is how the window names device before its name is
+// known: a device ID (56 characters) as its short form, a phone's grant
+// name as it is.
+func sendDeviceLabel(device string) string {
+	if len(device) == len(pairing.DeviceID{}.String()) {
+		return pairing.ShortID(device)
+	}
+	return device
 }
 
 // add puts paths on the list (each once); false when a transfer runs.
@@ -315,7 +341,7 @@ func (u *uiProc) sendWindow(device string, paths []string) *uiWin {
 			}
 		})
 	}
-	name := device
+	name := sendDeviceLabel(device)
 	v = newSendView(name, sendCallbacks{
 		AddFiles: func() {
 			d := dialog.NewFileOpen(func(r fyne.URIReadCloser, err error) {
@@ -366,7 +392,7 @@ func (u *uiProc) sendWindow(device string, paths []string) *uiWin {
 			return nil
 		}
 		return func() {
-			v.device = n
+			v.setDevice(n)
 			uw.w.SetTitle(titleSend + n)
 		}
 	})

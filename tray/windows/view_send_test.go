@@ -5,11 +5,14 @@ import (
 	"testing"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/storage"
 	"fyne.io/fyne/v2/test"
+	"fyne.io/fyne/v2/widget"
 
 	"meshtray/app"
 	"meshtray/files"
+	"meshtray/pairing"
 )
 
 func TestSendStateText(t *testing.T) {
@@ -56,5 +59,37 @@ func TestSendViewListsRefused(t *testing.T) {
 		Refused: &app.Refused{Count: 1, Entries: []app.RefusedFile{{Path: `Box/a\b.txt`, Reason: "backslash"}}}}, nil)
 	if got := v.result.Text; !strings.Contains(got, "Not sent, 1 with a name desk would refuse:\nBox/a\\b.txt (backslash)") {
 		t.Errorf("result:\n%s", got)
+	}
+}
+
+// TestSendViewRenamed: once the device's name is known (the window opens
+// with a device ID), the heading and the explanation use it, as the title
+// does; the 56-character ID shows nowhere.
+func TestSendViewRenamed(t *testing.T) {
+	test.NewTempApp(t)
+	id := pairing.DeviceID{1, 2, 3}.String()
+	v := newSendView(sendDeviceLabel(id), sendCallbacks{})
+	v.setDevice("bee")
+	var texts []string
+	var walk func(o fyne.CanvasObject)
+	walk = func(o fyne.CanvasObject) {
+		switch w := o.(type) {
+		case *widget.Label:
+			texts = append(texts, w.Text)
+		case *fyne.Container:
+			for _, c := range w.Objects {
+				walk(c)
+			}
+		case *container.Scroll:
+			walk(w.Content)
+		case *fixedWidth:
+			walk(w.content)
+		}
+	}
+	walk(v.root)
+	all := strings.Join(texts, "\n")
+	if !strings.Contains(all, "Send files to bee") || !strings.Contains(all, "The owner of bee approves") ||
+		strings.Contains(all, id) || strings.Contains(all, pairing.ShortID(id)) {
+		t.Errorf("the view's texts:\n%s", all)
 	}
 }
