@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/color"
@@ -330,6 +331,21 @@ func (w *watcher) clickLabel(t *testing.T, it sni, label string) {
 	m := w.waitMenu(t, it, 10*time.Second, label, func(m menuNode) bool { _, ok := m.item(label); return ok })
 	n, _ := m.item(label)
 	w.click(t, it, n.ID)
+}
+
+// clickQuit clicks Quit. The tray may exit before it answers the click
+// (the bus then says NoReply): that is no failure, the caller checks that
+// the process exited.
+func (w *watcher) clickQuit(t *testing.T, it sni) {
+	t.Helper()
+	m := w.waitMenu(t, it, 10*time.Second, labelQuit, func(m menuNode) bool { _, ok := m.item(labelQuit); return ok })
+	n, _ := m.item(labelQuit)
+	call := w.conn.Object(it.Sender, dbus.ObjectPath(it.Path+"/menu")).Call(
+		"com.canonical.dbusmenu.Event", 0, n.ID, "clicked", dbus.MakeVariant(int32(0)), uint32(time.Now().Unix()))
+	var de dbus.Error
+	if call.Err != nil && !(errors.As(call.Err, &de) && de.Name == "org.freedesktop.DBus.Error.NoReply") {
+		t.Fatalf("click Quit: %v", call.Err)
+	}
 }
 
 // iconPixmap reads the item's IconPixmap property (the icon shown).

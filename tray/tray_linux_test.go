@@ -135,7 +135,7 @@ func TestTrayMenuOverDBus(t *testing.T) {
 	}
 
 	// Quit stops the node cleanly.
-	d.Watcher.clickLabel(t, it, labelQuit)
+	d.Watcher.clickQuit(t, it)
 	exited, err := p.exited(15 * time.Second)
 	if !exited {
 		t.Fatal("the tray did not exit after Quit")
@@ -255,7 +255,7 @@ func TestQuitClosesWindows(t *testing.T) {
 	d.Watcher.clickLabel(t, it, labelDevices)
 	win, _ := waitWindow(t, d, "Devices", 30*time.Second)
 	settledShot(t, d, win, "devices", "the devices window")
-	d.Watcher.clickLabel(t, it, labelQuit)
+	d.Watcher.clickQuit(t, it)
 	exited, err := p.exited(20 * time.Second)
 	if !exited || err != nil {
 		t.Fatalf("Quit with a window open: exited %v, %v", exited, err)
