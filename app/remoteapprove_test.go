@@ -19,6 +19,7 @@ import (
 
 	"meshtray/app"
 	"meshtray/app/apptest"
+	"meshtray/app/cli"
 	"meshtray/pairing"
 	"meshtray/store"
 )
@@ -440,8 +441,9 @@ func TestApproveOnAnotherMeshtray(t *testing.T) {
 		ra.DeviceID != lid.ID || len(ra.Approvals) != 1 || ra.Approvals[0].ID != da.ID {
 		t.Fatalf("approvals --on SHORTID --json: %+v %v", ra, err)
 	}
-	if r := desktop.CLI("approve", "--on", "laptop", da.ID, "--scopes", "agent"); r.Code == 0 {
-		t.Errorf("approve --on with --scopes succeeded: %s", r.Stdout)
+	if r := desktop.CLI("approve", "--on", "laptop", da.ID, "--scopes", "agent"); r.Code != cli.ExitUsage ||
+		!strings.Contains(r.Stderr, "--scopes applies only to pairing requests; "+da.ID+" is a delegation request") || strings.Contains(r.Stderr, "pairing is approved") {
+		t.Errorf("approve --on a delegation with --scopes: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if got := mustCLI(t, desktop, "approve", "--on", "laptop", da.ID).Stdout; !strings.Contains(got, "approved "+da.ID+" on laptop: delegation from ci-agent") {
 		t.Errorf("approve --on said %q", got)

@@ -169,10 +169,7 @@ func (c *cli) approveCommand() *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if on != "" {
-				if scopes != "" {
-					return usageError{errors.New("--scopes goes with a pairing request, and a pairing is approved only at the device itself: use meshtray deny --on to refuse it")}
-				}
-				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionApprove, Always: always})
+				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionApprove, Always: always}, scopes != "")
 			}
 			d := app.ApprovalDecision{Decision: app.DecisionApprove, Always: always, Where: app.WhereCLI}
 			if scopes != "" {
@@ -232,7 +229,9 @@ func (c *cli) approveCommand() *cobra.Command {
 }
 
 // decideOn decides request id waiting on device and says what it did.
-func (c *cli) decideOn(cmd *cobra.Command, device, id string, d app.RemoteDecision) error {
+// withScopes: approve was given --scopes, which no request decided on
+// another device takes (a pairing is approved only at its device).
+func (c *cli) decideOn(cmd *cobra.Command, device, id string, d app.RemoteDecision, withScopes bool) error {
 	cl, ctx, done, err := c.api(cmd)
 	if err != nil {
 		return err
@@ -251,6 +250,12 @@ func (c *cli) decideOn(cmd *cobra.Command, device, id string, d app.RemoteDecisi
 	name := oneLine(ra.Device, 64)
 	if a == nil {
 		return &app.APIError{Status: http.StatusNotFound, Message: fmt.Sprintf("%v on %s: %s (meshtray approvals --on %s lists them)", app.ErrNoApproval, name, id, shellWord(device))}
+	}
+	switch {
+	case withScopes && a.Kind == app.KindPairing:
+		return usageError{fmt.Errorf("--scopes goes with approving a pairing, and a pairing is approved only at the device itself (on %s); meshtray deny --on %s %s refuses it", name, shellWord(device), a.ID)}
+	case withScopes:
+		return usageError{fmt.Errorf("--scopes applies only to pairing requests; %s is a %s request (approve it without --scopes)", a.ID, a.Kind)}
 	}
 	if d.Always && !a.CanAlways {
 		return usageError{fmt.Errorf("--always is for delegations and files (it lets every later one of that device through unasked); %s is a %s request", a.ID, a.Kind)}
@@ -296,7 +301,7 @@ func (c *cli) denyCommand() *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if on != "" {
-				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionDeny})
+				return c.decideOn(cmd, on, args[0], app.RemoteDecision{Decision: app.DecisionDeny}, false)
 			}
 			cl, ctx, done, err := c.api(cmd)
 			if err != nil {
