@@ -76,8 +76,9 @@ func TestCLIErrorsSayWhich(t *testing.T) {
 	}
 }
 
-// TestPeersByHand: a peer added by hand can be removed again (by the
-// short ID the table shows), a URL without its scheme is refused with an
+// TestPeersByHand: a peer added by hand can be removed again, by the
+// short ID the table shows or by its name (a name two such peers share
+// is refused, as send and --on refuse it), a URL without its scheme is refused with an
 // example, and an empty table says why from the node's actual state.
 func TestPeersByHand(t *testing.T) {
 	a := ptStart(t, "desk")
@@ -94,7 +95,7 @@ func TestPeersByHand(t *testing.T) {
 	if out := ptCLI(t, a, "peers").Stdout; !strings.Contains(out, "laptop") {
 		t.Fatalf("peers after add:\n%s", out)
 	}
-	if r := a.CLI("peers", "rm", "NOSUCH"); r.Code != 1 || !strings.Contains(r.Stderr, "no peer added by hand matches") {
+	if r := a.CLI("peers", "rm", "NOSUCH"); r.Code != 1 || !strings.Contains(r.Stderr, `no peer added by hand is named "NOSUCH"`) {
 		t.Errorf("peers rm NOSUCH: exit %d %q", r.Code, r.Stderr)
 	}
 	ptCLI(t, a, "peers", "rm", idB[:7])
@@ -102,6 +103,26 @@ func TestPeersByHand(t *testing.T) {
 	ptJSON(t, a, &ps, "peers")
 	if len(ps) != 0 {
 		t.Fatalf("peers after rm: %+v", ps)
+	}
+	// By name, as send and --on take a device.
+	ptCLI(t, a, "peers", "add", "https://"+hostport)
+	if out := ptCLI(t, a, "peers", "rm", "Laptop").Stdout; !strings.Contains(out, "removed Laptop") {
+		t.Errorf("peers rm by name said %q", out)
+	}
+	if ptJSON(t, a, &ps, "peers"); len(ps) != 0 {
+		t.Fatalf("peers after rm by name: %+v", ps)
+	}
+	// Two peers added by hand named laptop: the name is refused, the ID
+	// still removes one.
+	b2 := ptStart(t, "laptop")
+	ptCLI(t, a, "peers", "add", "https://"+hostport)
+	ptCLI(t, a, "peers", "add", "https://127.0.0.1:"+strconv.Itoa(b2.Port))
+	if r := a.CLI("peers", "rm", "laptop"); r.Code != 1 || !strings.Contains(r.Stderr, `"laptop" names 2 peers added by hand: give more of the device ID`) {
+		t.Errorf("peers rm of a shared name: exit %d %q", r.Code, r.Stderr)
+	}
+	ptCLI(t, a, "peers", "rm", idB)
+	if ptJSON(t, a, &ps, "peers"); len(ps) != 1 || ps[0].ID != ptIdentity(t, b2).ID {
+		t.Fatalf("peers after rm by full ID: %+v", ps)
 	}
 }
 

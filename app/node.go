@@ -1018,21 +1018,21 @@ func (n *Node) restoreManualPeers() {
 }
 
 // RemoveManualPeer forgets a peer added by hand (`meshtray peers rm`):
-// its manual source goes, sightings from mDNS or the tailnet stay. id is
-// the device ID or a prefix of it that names one manually added peer
-// (the table shows the first 7 characters).
-func (n *Node) RemoveManualPeer(id string) error {
-	want := strings.ToUpper(strings.ReplaceAll(id, "-", ""))
-	var match []mesh.Peer
+// its manual source goes, sightings from mDNS or the tailnet stay. ref is
+// the peer's name or its device ID (or the first 7 characters the table
+// shows), as `send` and `--on` take a device (matchDevices); a reference
+// that names two peers added by hand is refused.
+func (n *Node) RemoveManualPeer(ref string) error {
+	var manual []mesh.Peer
 	for _, p := range n.disc.Table().Snapshot() {
-		if slices.Contains(p.Sources, mesh.SourceManual) && want != "" &&
-			strings.HasPrefix(strings.ReplaceAll(p.ID, "-", ""), want) {
-			match = append(match, p)
+		if slices.Contains(p.Sources, mesh.SourceManual) {
+			manual = append(manual, p)
 		}
 	}
+	match := matchDevices(ref, manual, func(p mesh.Peer) string { return p.Name }, func(p mesh.Peer) string { return p.ID })
 	switch len(match) {
 	case 0:
-		return fmt.Errorf("%w added by hand matches %q (meshtray peers lists them; only peers added with peers add can be removed)", ErrNoPeer, clipID(id))
+		return fmt.Errorf("%w added by hand is named %q (meshtray peers lists them, by name and device ID; only peers added with peers add can be removed)", ErrNoPeer, clipID(ref))
 	case 1:
 		n.disc.Table().Remove(match[0].ID)
 		n.events.Publish(EventPeers)
@@ -1043,7 +1043,7 @@ func (n *Node) RemoveManualPeer(id string) error {
 		}
 		return nil
 	}
-	return badRequest("%q matches %d peers added by hand: give more of the device ID", clipID(id), len(match))
+	return badRequest("%q names %d peers added by hand: give more of the device ID (meshtray peers)", clipID(ref), len(match))
 }
 
 // Peers is the merged peer table, online peers first, then by name.

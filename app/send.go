@@ -211,17 +211,7 @@ func (n *Node) sendTarget(ref string) (h *pairing.Held, issued *pairing.Grant, e
 	if ref == "" {
 		return nil, nil, badRequest("no device named")
 	}
-	norm := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "")) }
-	want := norm(ref)
-	idMatch := func(id string) bool {
-		return len(want) >= delegate.MinDevicePrefix && id != "" && strings.HasPrefix(norm(id), want)
-	}
-	var held []pairing.Held
-	for _, x := range n.grants.ListHeld() {
-		if strings.EqualFold(x.Name, ref) || idMatch(x.PeerID) {
-			held = append(held, x)
-		}
-	}
+	held := matchDevices(ref, n.grants.ListHeld(), func(x pairing.Held) string { return x.Name }, func(x pairing.Held) string { return x.PeerID })
 	switch len(held) {
 	case 1:
 		return &held[0], nil, nil
@@ -229,14 +219,15 @@ func (n *Node) sendTarget(ref string) (h *pairing.Held, issued *pairing.Grant, e
 	default:
 		return nil, nil, badRequest("%q names %d paired devices: give more of the device ID (meshtray devices)", clipID(ref), len(held))
 	}
-	var gs []pairing.Grant
+	// A phone paired through its page holds an issued grant with no device
+	// ID: it is found by its name.
+	var active []pairing.Grant
 	for _, g := range n.grants.List() {
-		// A phone paired through its page holds an issued grant with no
-		// device ID: it is found by its name.
-		if g.Status == pairing.StatusActive && (strings.EqualFold(g.Name, ref) || idMatch(g.PeerID)) {
-			gs = append(gs, g)
+		if g.Status == pairing.StatusActive {
+			active = append(active, g)
 		}
 	}
+	gs := matchDevices(ref, active, func(g pairing.Grant) string { return g.Name }, func(g pairing.Grant) string { return g.PeerID })
 	switch len(gs) {
 	case 1:
 		return nil, &gs[0], nil

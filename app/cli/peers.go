@@ -78,7 +78,7 @@ func (c *cli) peersCommand() *cobra.Command {
 	}
 	rm := &cobra.Command{
 		Use:   "rm DEVICE",
-		Short: "Forget a device added by hand (its device ID, or the first characters the table shows)",
+		Short: "Forget a device added by hand (its name, or its device ID: the 7 characters the table shows are enough)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, ctx, done, err := c.api(cmd)
