@@ -150,14 +150,18 @@ func (c *cli) grantCommand() *cobra.Command {
 
 func (c *cli) printIssued(gs []pairing.Grant) {
 	w := c.table()
-	fmt.Fprintln(w, "ID\tNAME\tSCOPES\tAPPROVAL\tSTATUS\tLAST USED")
+	fmt.Fprintln(w, "ID\tNAME\tSCOPES\tAPPROVAL\tFILES\tSTATUS\tLAST USED")
 	var approvers []string
 	for _, g := range gs {
 		last := "never"
 		if !g.LastUsed.IsZero() {
 			last = ago(g.LastUsed)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, oneLine(g.Name, 64), g.Scopes, g.Policy, g.Status, last)
+		files := g.FilesPolicy // "" asks (pairing.Grant.FilesPolicy)
+		if files == "" {
+			files = pairing.PolicyAsk
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, oneLine(g.Name, 64), g.Scopes, g.Policy, files, g.Status, last)
 		if g.Scopes.Has(pairing.ScopeApprove) {
 			approvers = append(approvers, oneLine(g.Name, 64))
 		}
