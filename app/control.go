@@ -143,6 +143,9 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		case errors.Is(err, egress.ErrRefused):
 			writeError(w, http.StatusForbidden, fmt.Errorf("%s names an address of this machine (loopback, link-local or metadata): only the owner at the device may add it", req.URL))
 			return
+		case errors.As(err, new(*mesh.UnreachableError)):
+			writeError(w, http.StatusBadGateway, err) // "could not reach HOST:PORT: connection refused"
+			return
 		case err != nil:
 			writeError(w, http.StatusBadGateway, fmt.Errorf("no meshtray answered at %s: %w", req.URL, err))
 			return

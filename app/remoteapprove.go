@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"meshtray/egress"
 	"meshtray/jsonout"
 	"meshtray/pairing"
 	"meshtray/store"
@@ -354,8 +355,38 @@ func (n *Node) serveRemoteFeed(w http.ResponseWriter, r *http.Request, p *pairin
 	}
 }
 
-// errPeerUnreachable: no address of the peer answered.
+// errPeerUnreachable: no address of the peer answered (or its answer
+// was cut or unusable). Errors that are it say so in a sentence
+// (peerUnreachableError), never with this word in front.
 var errPeerUnreachable = errors.New("unreachable")
+
+// peerUnreachableError is errPeerUnreachable with the sentence a person
+// reads, e.g. "laptop is not reachable (connection refused); is meshtray
+// running there?" (the cause in egress.Cause's words). It unwraps to the
+// transport errors.
+type peerUnreachableError struct {
+	msg string
+	err error
+}
+
+func (e *peerUnreachableError) Error() string        { return e.msg }
+func (e *peerUnreachableError) Unwrap() error        { return e.err }
+func (e *peerUnreachableError) Is(target error) bool { return target == errPeerUnreachable }
+
+// unreachablePeer says that no address of the device named name answered:
+// each distinct cause of errs (egress.Cause), once.
+func unreachablePeer(name string, errs ...error) error {
+	var causes []string
+	for _, err := range errs {
+		if c := egress.Cause(err); !slices.Contains(causes, c) {
+			causes = append(causes, c)
+		}
+	}
+	return &peerUnreachableError{
+		msg: fmt.Sprintf("%s is not reachable (%s); is meshtray running there?", name, strings.Join(causes, "; ")),
+		err: errors.Join(errs...),
+	}
+}
 
 // peerAnswerError is a peer's refusal, kept with its status.
 type peerAnswerError struct {
@@ -396,7 +427,7 @@ func (n *Node) ApprovalsOn(ctx context.Context, ref string) (RemoteApprovals, er
 		return out, err
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
-		return out, fmt.Errorf("%w: %s answered something else than its approvals: %v", errPeerUnreachable, h.Name, err)
+		return out, &peerUnreachableError{msg: fmt.Sprintf("%s answered something else than its approvals: %v", h.Name, err), err: err}
 	}
 	return out, nil
 }
@@ -433,7 +464,7 @@ func (n *Node) callPeer(ctx context.Context, h pairing.Held, method, path string
 	defer hc.CloseIdleConnections()
 	bases := n.peerURLs(h)
 	if len(bases) == 0 {
-		return nil, fmt.Errorf("%w: no address known for %s", errPeerUnreachable, h.Name)
+		return nil, &peerUnreachableError{msg: fmt.Sprintf("%s is not reachable: no address of it is known (it is not seen on the LAN or the tailnet, and gave none at pairing)", h.Name)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, remoteCallLimit)
 	defer cancel()
@@ -462,9 +493,9 @@ func (n *Node) callPeer(ctx context.Context, h pairing.Held, method, path string
 		resp.Body.Close()
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("%w: %s: %v", errPeerUnreachable, h.Name, err)
+			return nil, unreachablePeer(h.Name, err)
 		case len(b) > maxRemoteAnswer:
-			return nil, fmt.Errorf("%w: %s answered over %d bytes", errPeerUnreachable, h.Name, maxRemoteAnswer)
+			return nil, &peerUnreachableError{msg: fmt.Sprintf("%s answered over %d bytes", h.Name, maxRemoteAnswer)}
 		case resp.StatusCode/100 == 2:
 			return b, nil
 		}
@@ -481,5 +512,5 @@ func (n *Node) callPeer(ctx context.Context, h pairing.Held, method, path string
 		}
 		return nil, &peerAnswerError{status: resp.StatusCode, msg: fmt.Sprintf("%s refused: %s", h.Name, truncate(msg, 300))}
 	}
-	return nil, fmt.Errorf("%w: %s did not answer: %w", errPeerUnreachable, h.Name, errors.Join(errs...))
+	return nil, unreachablePeer(h.Name, errs...)
 }

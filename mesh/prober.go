@@ -102,7 +102,7 @@ func (p *prober) probe(ctx context.Context, hostport, wantFP string) (Hello, err
 	req.Header.Set("Accept", "application/json")
 	resp, err := (&http.Client{Transport: tr, CheckRedirect: noRedirect}).Do(req)
 	if err != nil {
-		return Hello{}, fmt.Errorf("mesh: hello %s: %w", hostport, err)
+		return Hello{}, &UnreachableError{Addr: hostport, Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -110,7 +110,7 @@ func (p *prober) probe(ctx context.Context, hostport, wantFP string) (Hello, err
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxHelloBytes+1))
 	if err != nil {
-		return Hello{}, fmt.Errorf("mesh: hello %s: %w", hostport, err)
+		return Hello{}, &UnreachableError{Addr: hostport, Err: err}
 	}
 	if len(body) > MaxHelloBytes {
 		return Hello{}, fmt.Errorf("%w: %s: hello over %d bytes", ErrNotMeshtray, hostport, MaxHelloBytes)
@@ -141,6 +141,22 @@ func (p *prober) probe(ctx context.Context, hostport, wantFP string) (Hello, err
 }
 
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// UnreachableError is a hello that got no answer: the connection failed
+// (refused, reset, timed out, a TLS handshake that did not finish, a name
+// that does not resolve) or closed mid-answer. Its text is "could not
+// reach HOST:PORT: " and the cause in egress.Cause's words; it unwraps to
+// the transport error (egress.ErrRefused, a timeout).
+type UnreachableError struct {
+	Addr string // host:port
+	Err  error
+}
+
+func (e *UnreachableError) Error() string {
+	return "could not reach " + e.Addr + ": " + egress.Cause(e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // negCache remembers peers that did not answer as meshtray, so tailnet
 // peers without meshtray are not probed on every status change. The first

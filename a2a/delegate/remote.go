@@ -16,7 +16,6 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -483,23 +482,8 @@ func causeText(err error, token string) string {
 	return agent.Truncate(textsafe.EscapeInvisible(oneLineText(s)), maxCause)
 }
 
-// stripURLs is err's text with each *url.Error's `Op "URL"` reduced to Op
-// (net/http's "Post \"https://host/a2a/v1\": ..." becomes "Post: ...").
-func stripURLs(err error) string {
-	s := err.Error()
-	for e := err; e != nil; {
-		var ue *url.Error
-		if !errors.As(e, &ue) {
-			break
-		}
-		if ue.URL != "" {
-			s = strings.ReplaceAll(s, ue.Op+" "+strconv.Quote(ue.URL), ue.Op)
-			s = strings.ReplaceAll(s, ue.URL, "[url]")
-		}
-		e = ue.Err
-	}
-	return s
-}
+// stripURLs is egress.StripURLs (the one implementation).
+func stripURLs(err error) string { return egress.StripURLs(err) }
 
 // classify turns an error of a call to the agent named name into an
 // *AgentError a person can act on. peer selects wording about grants and
@@ -612,27 +596,13 @@ func isJSONError(err error) bool {
 	return errors.As(err, &se) || errors.As(err, &te)
 }
 
-// netCause is the short form of a transport failure.
+// netCause is the short form of a transport failure: egress.Cause (the
+// one wording of a dial error), with this package's header timeout.
 func netCause(err error) string {
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
-	case errors.Is(err, errHeaderTimeout), isNetTimeout(err):
+	if errors.Is(err, errHeaderTimeout) {
 		return "no answer in time"
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return "the connection closed mid-answer"
 	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return "cannot resolve " + dns.Name
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		return op.Op + ": " + op.Err.Error()
-	}
-	return stripURLs(err)
+	return egress.Cause(err)
 }
 
 // AgentRestarting reports the CodeRestarting error of a meshtray agent

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -163,10 +164,12 @@ func (c *cli) followAudit(cmd *cobra.Command, q app.AuditQuery) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil // Ctrl-C
-		case errors.Is(err, io.EOF):
-			return errors.New("the node stopped")
+		case isJSONError(err):
+			return fmt.Errorf("the node sent an audit entry this meshtray cannot read: %w", err)
 		case err != nil:
-			return fmt.Errorf("audit follow: %w", err)
+			// A clean end (EOF) or a cut one (unexpected EOF, a reset):
+			// the node went away either way.
+			return &exitError{code: ExitError, msg: "the node stopped, so the audit trail is no longer followed (start it again, then run meshtray audit --follow again)"}
 		}
 		if c.asJSON {
 			c.printedJSON = true // a stream of JSON lines: a failure adds no object
@@ -177,6 +180,14 @@ func (c *cli) followAudit(cmd *cobra.Command, q app.AuditQuery) error {
 		}
 		p.print(e)
 	}
+}
+
+// isJSONError reports an answer that is not the JSON it should be (as
+// opposed to a stream that ended).
+func isJSONError(err error) bool {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	return errors.As(err, &se) || errors.As(err, &te)
 }
 
 // auditPrinter prints entries as fixed-width rows (so rows printed one at
