@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"meshtray/pairing"
 )
@@ -69,5 +70,30 @@ func TestOnRun(t *testing.T) {
 	}
 	if last := got[len(got)-1]; last.State != RunCanceled || last.Caller != nil {
 		t.Errorf("canceled call: %+v", last)
+	}
+}
+
+// slowApprover approves after d, as an owner who takes a moment.
+type slowApprover struct{ d time.Duration }
+
+func (s slowApprover) ApproveCall(ctx context.Context, _ CallApproval) (bool, string) {
+	time.Sleep(s.d)
+	return true, ""
+}
+
+// TestOnRunDurationWithoutTheApproval: a call under policy ask records how
+// long it ran, not the time the owner took to approve it.
+func TestOnRunDurationWithoutTheApproval(t *testing.T) {
+	t.Parallel()
+	const wait = 400 * time.Millisecond
+	var rr RunRecord
+	r := newTestRegistry(t, Options{Approver: slowApprover{wait}, OnRun: func(x RunRecord) { rr = x }})
+	start := time.Now()
+	if _, err := r.Invoke(context.Background(), Call{Capability: CapDeviceInfo, Caller: grantCaller(pairing.PolicyAsk)}); err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(start)
+	if rr.State != RunCompleted || rr.Duration <= 0 || rr.Duration > total-wait {
+		t.Errorf("record %s %v after %v in all with %v of approval, want the run alone", rr.State, rr.Duration, total, wait)
 	}
 }

@@ -309,8 +309,9 @@ func (c *capability) validate(params json.RawMessage) (json.RawMessage, error) {
 //     capability's own time limit -> error wrapping ErrTimeout.
 func (r *Registry) Invoke(ctx context.Context, call Call) (Result, error) {
 	start := time.Now()
-	res, err := r.invoke(ctx, call)
-	dur := time.Since(start)
+	var waited time.Duration // for the owner's answer: not part of the run
+	res, err := r.invoke(ctx, call, &waited)
+	dur := time.Since(start) - waited
 	r.log.Debug("capability call", "capability", call.Capability, "caller", callerName(call.Caller),
 		"approved", call.Approved, "dur", dur, "err", err)
 	if r.onRun != nil {
@@ -339,6 +340,8 @@ type RunRecord struct {
 	TaskID   string             // Call.TaskID
 	State    RunState
 	Err      error // nil when State is RunCompleted
+	// Duration is how long the call took without the wait for the
+	// owner's answer (policy ask): the run itself, and the checks.
 	Duration time.Duration
 }
 
@@ -401,7 +404,7 @@ func AuditParams(params json.RawMessage) string {
 	return BoundSummary(b.String())
 }
 
-func (r *Registry) invoke(ctx context.Context, call Call) (Result, error) {
+func (r *Registry) invoke(ctx context.Context, call Call, waited *time.Duration) (Result, error) {
 	c, ok := r.byName[call.Capability]
 	if !ok {
 		return Result{}, fmt.Errorf("%w: %q", ErrUnknownCapability, call.Capability)
@@ -413,7 +416,7 @@ func (r *Registry) invoke(ctx context.Context, call Call) (Result, error) {
 	if ok, reason := c.available(); !ok {
 		return Result{}, fmt.Errorf("%s: %w: %s", c.Name, ErrUnavailable, reason)
 	}
-	if err := r.authorize(ctx, c, call, params); err != nil {
+	if err := r.authorize(ctx, c, call, params, waited); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -437,7 +440,9 @@ func EffectivePolicy(caller *pairing.Principal, capPolicy pairing.Policy) pairin
 	return pairing.Stricter(caller.Grant.Policy, capPolicy)
 }
 
-func (r *Registry) authorize(ctx context.Context, c *capability, call Call, params json.RawMessage) error {
+// authorize applies the approval policy; waited gets the time spent
+// waiting for the owner's answer.
+func (r *Registry) authorize(ctx context.Context, c *capability, call Call, params json.RawMessage, waited *time.Duration) error {
 	r.mu.RLock()
 	capPolicy := r.policies[c.Name]
 	r.mu.RUnlock()
@@ -459,7 +464,9 @@ func (r *Registry) authorize(ctx context.Context, c *capability, call Call, para
 	if call.OnAsk != nil {
 		call.OnAsk()
 	}
+	asked := time.Now()
 	ok, reason := r.approver.ApproveCall(ctx, CallApproval{Call: call, Summary: Summarize(c.Name, params)})
+	*waited = time.Since(asked)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
