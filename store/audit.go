@@ -523,30 +523,30 @@ func (s *Store) pruneAudit(b *batch) error {
 	return err
 }
 
-// pruneLocked removes the entries beyond AuditMaxEntries and those older
-// than AuditMaxAge, and records the newest removed entry as the anchor, so
-// Verify starts from it. Unless now, it waits for 1 % (at least one entry)
-// over the count bound, so pruning is a batch every so often, not a delete
-// per append.
 // pruneDue reports whether pruneLocked (not now) has anything to remove,
 // from the writer's counters alone.
 func (s *Store) pruneDue(st writerState) bool {
-	maxN := int64(s.opts.AuditMaxEntries)
-	if st.auditCount-maxN > max(maxN/100, 1) {
+	if st.auditCount > int64(s.opts.AuditMaxEntries) {
 		return true
 	}
 	return s.opts.AuditMaxAge > 0 && st.auditFirst != 0 && st.auditFirst < ns(s.now().Add(-s.opts.AuditMaxAge))
 }
 
+// pruneLocked removes the entries beyond AuditMaxEntries and those older
+// than AuditMaxAge, and records the newest removed entry as
+// the anchor, so Verify starts from it. AuditMaxEntries is a maximum: an
+// append that passes it removes the oldest entries down to 1 % below it
+// (unless now: down to it), so pruning is a batch every so often, not a
+// delete per append, and the trail never holds more than the bound.
 func (s *Store) pruneLocked(b *batch, now bool) error {
 	maxN := int64(s.opts.AuditMaxEntries)
-	slack := max(maxN/100, 1)
+	keep := maxN - maxN/100
 	if now {
-		slack = 0
+		keep = maxN
 	}
 	var cut int64
-	if over := b.st.auditCount - maxN; over > slack {
-		if err := b.queryRow("SELECT seq FROM audit ORDER BY seq LIMIT 1 OFFSET ?", over-1).Scan(&cut); err != nil {
+	if b.st.auditCount > maxN {
+		if err := b.queryRow("SELECT seq FROM audit ORDER BY seq LIMIT 1 OFFSET ?", b.st.auditCount-keep-1).Scan(&cut); err != nil {
 			return err
 		}
 	}
