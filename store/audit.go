@@ -467,6 +467,10 @@ func (s *Store) Verify(ctx context.Context) (Verified, error) {
 			break
 		}
 	}
+	if want <= headSeq && v.Entries == 0 {
+		n := headSeq - v.AnchorSeq
+		return v, &ChainError{Seq: want, Reason: fmt.Sprintf("all entries were removed: the table is empty, and the chain head says %d %s (%d to %d) should be there", n, plural(n, "entry", "entries"), want, headSeq)}
+	}
 	if want <= headSeq {
 		if want == headSeq {
 			return v, &ChainError{Seq: want, Reason: "the entry is missing (it was the newest)"}
@@ -486,6 +490,13 @@ func (s *Store) Verify(ctx context.Context) (Verified, error) {
 		return v, &ChainError{Seq: extra.Int64, Reason: "the entry is past the chain head: it was added outside the store"}
 	}
 	return v, nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // PruneAudit applies the retention bounds now (the writer also applies

@@ -156,6 +156,7 @@ func TestVerifyFindsTampering(t *testing.T) {
 		{"removed newest", "DELETE FROM audit WHERE seq = 10", 10, "missing"},
 		{"removed tail", "DELETE FROM audit WHERE seq >= 8", 8, "newest entries were removed"},
 		{"removed oldest", "DELETE FROM audit WHERE seq = 1", 1, "missing"},
+		{"emptied", "DELETE FROM audit", 1, "all entries were removed: the table is empty, and the chain head says 10 entries (1 to 10) should be there"},
 		{"added", "INSERT INTO audit (seq, time, kind, prev_hash, hash) SELECT 11, time + 1, kind, hash, hash FROM audit WHERE seq = 10", 11, "past the chain head"},
 		// Rewriting an entry and its own hash still breaks the next link.
 		{"rehashed", "UPDATE audit SET subject = 'x', hash = zeroblob(32) WHERE seq = 5", 5, "changed"},

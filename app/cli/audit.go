@@ -36,12 +36,15 @@ pairing (paired, denied, expired, a device that revoked this one's grant),
 and the A2A and LAN switches. No token, code or SAS is ever recorded.
 
 Each entry carries a SHA-256 hash over the one before it, so an entry
-edited or removed in the database is found: run 'meshtray audit verify'.
+edited or removed in the database is found: run 'meshtray audit verify'
+(the chain has no key: someone who can rewrite the database file can
+rewrite the chain too).
 
 Columns: TIME (local), KIND, WHO (the caller, or who decided), WHAT, RESULT,
-WHERE (tray, cli, phone, policy, timeout, or the listener a request came
-on). Text from other devices is shown with invisible and control
-characters escaped (\uXXXX).
+WHERE (tray, cli, phone, device: another meshtray holding the approve
+scope, policy, timeout, or the listener a request came on). Text from
+other devices is shown with invisible and control characters escaped
+(\uXXXX).
 
 --since takes a duration back from now (90m, 24h, 7d) or a time (RFC 3339
 such as 2026-05-01T09:00:00Z, or 2026-05-01 / "2026-05-01 09:00" in local
@@ -115,7 +118,9 @@ the entry and the hash before it, so an entry that was edited, removed,
 reordered or added outside meshtray breaks the chain there.
 
 Exit 0 and "N entries, chain intact"; otherwise exit 1 naming the first
-broken entry and why. Entries pruned by retention ([audit] max_entries,
+broken entry and why. The chain has no secret key: it finds changes made
+by tools and mistakes, not someone who rewrites the database file and its
+chain head by hand (keep a copy elsewhere for that: audit --follow --json). Entries pruned by retention ([audit] max_entries,
 max_age) are not a break: the chain is checked from the newest pruned one.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -52,3 +52,20 @@ func TestScopesFlagOneSpelling(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditHelpWhere: audit --help lists every WHERE the trail records,
+// device (a decision made on another meshtray) included, and says what
+// verify cannot find.
+func TestAuditHelpWhere(t *testing.T) {
+	t.Parallel()
+	var out, errw bytes.Buffer
+	if code := run([]string{"audit", "--help"}, options{Stdout: &out, Stderr: &errw, Stdin: strings.NewReader("")}); code != ExitOK {
+		t.Fatalf("audit --help: exit %d %s", code, errw.String())
+	}
+	h := strings.Join(strings.Fields(out.String()), " ")
+	for _, want := range []string{"WHERE (tray, cli, phone, device: another meshtray holding the approve scope, policy, timeout,", "the chain has no key"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("audit --help lacks %q:\n%s", want, out.String())
+		}
+	}
+}
