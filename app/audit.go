@@ -41,7 +41,7 @@ const AuditPruneEvery = time.Hour
 type AuditEntry struct {
 	Seq        int64     `json:"seq"`
 	Time       time.Time `json:"time"`
-	Kind       string    `json:"kind"` // approval, capability, grant, pairing, a2a, lan
+	Kind       string    `json:"kind"` // approval, capability, grant, pairing, a2a, lan, database
 	GrantID    string    `json:"grant_id,omitempty"`
 	Peer       string    `json:"peer,omitempty"` // the other side's name
 	Via        string    `json:"via,omitempty"`  // the listener a request came on
@@ -508,12 +508,12 @@ func (n *Node) onTrustChange(c pairing.Change) {
 }
 
 // CheckAuditKind refuses k unless it is a kind of audit entry (approval,
-// capability, grant, pairing, a2a, lan): the filter of GET /audit and of
+// capability, grant, pairing, a2a, lan, database): the filter of GET /audit and of
 // `meshtray audit --kind`.
 func CheckAuditKind(k string) error {
 	switch store.Kind(k) {
-	case store.KindApproval, store.KindCapability, store.KindGrant, store.KindPairing, store.KindA2A, store.KindLAN:
+	case store.KindApproval, store.KindCapability, store.KindGrant, store.KindPairing, store.KindA2A, store.KindLAN, store.KindDatabase:
 		return nil
 	}
-	return fmt.Errorf("kind %q: want approval, capability, grant, pairing, a2a or lan", clipID(k))
+	return fmt.Errorf("kind %q: want approval, capability, grant, pairing, a2a, lan or database", clipID(k))
 }

@@ -39,6 +39,9 @@ func openDatabase(cfg Config, log *slog.Logger) (*store.Store, error) {
 		}
 		log.Warn("the database was unreadable: moved aside, starting with an empty one", "kept_as", kept, "reason", ce.Reason)
 		db, err = store.Open(path, opts)
+		if err == nil {
+			auditReset(db, kept, ce.Reason, log)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -47,6 +50,20 @@ func openDatabase(cfg Config, log *slog.Logger) (*store.Store, error) {
 		log.Info(store.ResetFlag + " given, but the database is readable: kept as it is")
 	}
 	return db, nil
+}
+
+// auditReset writes the first entry of a database that replaced an
+// unreadable one (--reset-database): the trail says when it starts and
+// where the old one went.
+func auditReset(db *store.Store, kept, reason string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
+	defer cancel()
+	e := store.Entry{Kind: store.KindDatabase, Subject: "reset", Result: "new database", DecidedBy: "owner",
+		Params: fmt.Sprintf("%s was unreadable (%s) and moved aside as %s with its tasks, approvals and audit trail (%s)",
+			store.DefaultFile, reason, filepath.Base(kept), store.ResetFlag)}
+	if _, err := db.Append(ctx, e); err != nil {
+		log.Error("audit entry not written", "kind", e.Kind, "subject", e.Subject, "err", err)
+	}
 }
 
 // auditTimeout bounds one audit append (a disk that stalls must not hold a

@@ -47,6 +47,15 @@ func TestCorruptDatabaseNamesFileAndFlag(t *testing.T) {
 	if !strings.Contains(n.Logs(), "moved aside") {
 		t.Errorf("the log does not say the database was moved aside:\n%s", n.Logs())
 	}
+	// The new database's trail starts with the reset: what went where.
+	es := auditEntries(t, n)
+	if len(es) == 0 || es[0].Kind != "database" || es[0].Subject != "reset" || es[0].Seq != 1 ||
+		!strings.Contains(es[0].Params, "moved aside as "+filepath.Base(kept[0])) {
+		t.Fatalf("first audit entry after the reset: %+v", es)
+	}
+	if out := ptCLI(t, n, "audit", "--kind", "database").Stdout; !strings.Contains(out, "reset meshtray.db was unreadable") {
+		t.Errorf("audit --kind database:\n%s", out)
+	}
 }
 
 // TestEmptyDatabaseRefused: a zero-byte meshtray.db (meshtray never

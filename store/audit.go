@@ -46,11 +46,15 @@ const (
 	// Result is "on" or "off", DecidedVia where.
 	KindA2A Kind = "a2a"
 	KindLAN Kind = "lan"
+	// KindDatabase: the database itself changed under the trail: Subject
+	// "reset" when an unreadable database was moved aside at start (the
+	// first entry of the new one), Params what was moved where and why.
+	KindDatabase Kind = "database"
 )
 
 func (k Kind) valid() bool {
 	switch k {
-	case KindApproval, KindCapability, KindGrant, KindPairing, KindA2A, KindLAN:
+	case KindApproval, KindCapability, KindGrant, KindPairing, KindA2A, KindLAN, KindDatabase:
 		return true
 	}
 	return false

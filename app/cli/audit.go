@@ -33,7 +33,9 @@ before the request went away), every capability run (capability,
 parameter summary, caller, result, duration), every change of a grant
 (issued, paused, resumed, revoked, rotated, approval policy) and of a
 pairing (paired, denied, expired, a device that revoked this one's grant),
-and the A2A and LAN switches. No token, code or SAS is ever recorded.
+the A2A and LAN switches, and a database reset (--reset-database moved an
+unreadable database aside: the first entry of the new one). No token, code
+or SAS is ever recorded.
 
 Each entry carries a SHA-256 hash over the one before it, so an entry
 edited or removed in the database is found: run 'meshtray audit verify'
@@ -101,7 +103,7 @@ How long entries are kept: [audit] max_entries (100000) and max_age
 	f := cmd.Flags()
 	f.StringVar(&since, "since", "", "entries from this time on: a duration back from now (24h, 7d) or a time (RFC 3339, or YYYY-MM-DD[ HH:MM] local)")
 	f.StringVar(&grant, "grant", "", "only entries about this grant ID (meshtray grant list, meshtray devices)")
-	f.StringVar(&kind, "kind", "", "only entries of this kind: approval, capability, grant, pairing, a2a, lan")
+	f.StringVar(&kind, "kind", "", "only entries of this kind: approval, capability, grant, pairing, a2a, lan, database")
 	f.IntVar(&limit, "limit", 100, "at most this many entries (the newest), 1 to 10000")
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new entries as they are written (Ctrl-C ends)")
 	c.jsonFlag(cmd)
