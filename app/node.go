@@ -53,6 +53,10 @@ type Node struct {
 	// before the approvals queue took it (onPairingRequest), for the
 	// audit entry of that denial (onTrustChange).
 	unqueuedPairings sync.Map
+	// keptPeers is what the database has of each peer added by hand
+	// (keepManualPeers), by device ID.
+	keptMu    sync.Mutex
+	keptPeers map[string]keptPeer
 	settings         *settingsStore
 	ks               keychain.Store
 	identity         *pairing.Identity
@@ -469,6 +473,7 @@ func (n *Node) watchDiscovery(ctx context.Context) {
 			n.reconcileListeners()
 			n.events.Publish(EventStatus)
 		case <-peers:
+			n.keepManualPeers()
 			n.events.Publish(EventPeers)
 			n.events.Publish(EventStatus) // the online count
 		}
@@ -966,10 +971,59 @@ func (n *Node) AddManualPeer(ctx context.Context, rawURL string) (mesh.Peer, err
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), peerStoreTimeout)
 	defer cancel()
 	n.forgetManualPeer(sctx, p.ID, url)
-	if err := n.db.PutPeer(sctx, store.ManualPeer{URL: url, DeviceID: p.ID, Fingerprint: p.FP, Name: p.Name}); err != nil {
+	if err := n.db.PutPeer(sctx, store.ManualPeer{URL: url, DeviceID: p.ID, Fingerprint: p.FP, Name: p.Name, OS: p.OS, LastSeen: p.LastSeen}); err != nil {
 		n.log.Error("a peer added by hand was not written to the database; it is gone after a restart", "peer", pairing.ShortID(p.ID), "err", err)
+	} else {
+		n.setKept(p.ID, keptPeer{name: p.Name, os: p.OS, online: p.Online})
 	}
 	return p, nil
+}
+
+// keptPeer is what the database last got of a peer added by hand.
+type keptPeer struct {
+	name, os string
+	online   bool
+}
+
+func (n *Node) setKept(id string, k keptPeer) {
+	n.keptMu.Lock()
+	defer n.keptMu.Unlock()
+	if n.keptPeers == nil {
+		n.keptPeers = make(map[string]keptPeer)
+	}
+	n.keptPeers[id] = k
+}
+
+// keepManualPeers writes to the database what changed of the peers added
+// by hand since it last did: a new name or OS from a verified hello, and
+// when one went offline (or came back), the time it was last seen; so
+// after a restart each is listed with its last known name, OS and
+// sighting until it is probed again. The table notifies on those changes
+// only (not on each re-probe), so this writes seldom.
+func (n *Node) keepManualPeers() {
+	if n.db == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, peerStoreTimeout)
+	defer cancel()
+	for _, p := range n.disc.Table().Snapshot() {
+		addrs := p.Addrs[mesh.SourceManual]
+		if len(addrs) == 0 {
+			continue
+		}
+		now := keptPeer{name: p.Name, os: p.OS, online: p.Online}
+		n.keptMu.Lock()
+		was, ok := n.keptPeers[p.ID]
+		n.keptMu.Unlock()
+		if !ok || was == now {
+			continue // not kept (see AddManualPeer), or nothing new
+		}
+		if err := n.db.PutPeer(ctx, store.ManualPeer{URL: "https://" + addrs[0], DeviceID: p.ID, Fingerprint: p.FP, Name: p.Name, OS: p.OS, LastSeen: p.LastSeen}); err != nil {
+			n.log.Warn("what a peer added by hand said was not written to the database", "peer", pairing.ShortID(p.ID), "err", err)
+			continue
+		}
+		n.setKept(p.ID, now)
+	}
 }
 
 // forgetManualPeer deletes the kept records of device id, but the one at
@@ -1006,10 +1060,11 @@ func (n *Node) restoreManualPeers() {
 	}
 	k := 0
 	for _, p := range ps {
-		if err := n.disc.RestoreManual(p.URL, p.DeviceID, p.Fingerprint, p.Name); err != nil {
+		if err := n.disc.RestoreManual(p.URL, p.DeviceID, p.Fingerprint, p.Name, p.OS, p.LastSeen); err != nil {
 			n.log.Warn("a peer added by hand was not restored", "peer", pairing.ShortID(p.DeviceID), "url", p.URL, "err", err)
 			continue
 		}
+		n.setKept(p.DeviceID, keptPeer{name: p.Name, os: p.OS})
 		k++
 	}
 	if k > 0 {

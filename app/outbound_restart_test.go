@@ -317,6 +317,9 @@ func peersOf(t *testing.T, n *apptest.Node) []mesh.Peer {
 	return ps
 }
 
+// TestManualPeerAcrossNodeRestarts: a peer added by hand is back after a
+// kill -9 and a clean stop, offline with its last known name, OS and
+// sighting while it is down, and gone for good once removed.
 func TestManualPeerAcrossNodeRestarts(t *testing.T) {
 	buddy := ptStart(t, "buddy")
 	idB := ptIdentity(t, buddy)
@@ -352,7 +355,29 @@ func TestManualPeerAcrossNodeRestarts(t *testing.T) {
 		t.Fatalf("graceful stop: %v", err)
 	}
 	n = apptest.StartNode(t, opts)
-	manualOnline("after a graceful stop")
+	online := manualOnline("after a graceful stop")
+
+	// Buddy down across a restart: listed offline, with the name, OS and
+	// last sighting it had, not blank and "never".
+	if err := n.Stop(); err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+	if err := buddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n = apptest.StartNode(t, opts)
+	var off mesh.Peer
+	for _, p := range peersOf(t, n) {
+		if p.ID == idB.ID {
+			off = p
+		}
+	}
+	if off.ID == "" || off.Online || off.Name != "buddy" || off.OS == "" || off.OS != online.OS || off.LastSeen.IsZero() || off.LastSeen.Before(online.LastSeen.Add(-time.Second)) {
+		t.Fatalf("buddy offline after a restart: %+v (online it was %+v)", off, online)
+	}
+	if out := mustCLI(t, n, "peers").Stdout; !strings.Contains(out, "buddy") || !strings.Contains(out, online.OS) || strings.Contains(out, "never") {
+		t.Errorf("peers with buddy offline after a restart:\n%s", out)
+	}
 
 	// Removed, it stays removed.
 	mustCLI(t, n, "peers", "rm", idB.ID[:7])

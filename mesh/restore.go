@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"meshtray/egress"
 )
@@ -14,8 +15,10 @@ import (
 // verified hello said (app stores it) and gives it back at start.
 
 // RestoreManual re-adds a peer added by hand before a restart: rawURL as
-// it was added (https://host:port), and the device ID, fingerprint and
-// name its verified hello had then. The row is listed offline at once and
+// it was added (https://host:port), the device ID, fingerprint, name and
+// OS its last verified hello had, and when that was (lastSeen, zero when
+// unknown). The row is listed offline at once, with that name, OS and
+// last-seen time, and
 // probed now (when discovery runs) and with every re-probe after, pinned
 // to fp: only a hello over a certificate with that fingerprint brings it
 // online (and refreshes its name, OS and A2A), so a restored address that
@@ -25,7 +28,7 @@ import (
 // the device added such a peer). A row already seen (mDNS, tailnet, an
 // add since) keeps what it saw. Errors: ErrBadURL, ErrSelf, ErrDeviceID
 // (id is not fp's device ID), ErrTableFull.
-func (d *Discovery) RestoreManual(rawURL, id, fp, name string) error {
+func (d *Discovery) RestoreManual(rawURL, id, fp, name, os string, lastSeen time.Time) error {
 	hostport, err := parsePeerURL(rawURL, d.opts.Port)
 	if err != nil {
 		return err
@@ -40,8 +43,8 @@ func (d *Discovery) RestoreManual(rawURL, id, fp, name string) error {
 		return ErrSelf
 	}
 	host, _, _ := net.SplitHostPort(hostport)
-	h := Hello{ID: id, Name: name, FP: fp, V: ProtocolVersion}
-	if err := d.table.restore(h, SourceManual, []string{hostport}, !loopbackHost(host)); err != nil {
+	h := Hello{ID: id, Name: name, OS: os, FP: fp, V: ProtocolVersion}
+	if err := d.table.restore(h, SourceManual, []string{hostport}, lastSeen, !loopbackHost(host)); err != nil {
 		return err
 	}
 	d.probeAsync("re|"+string(SourceManual)+"|"+id, func(ctx context.Context) {
@@ -71,10 +74,10 @@ func loopbackHost(host string) bool {
 	return err == nil && a.Unmap().IsLoopback()
 }
 
-// restore adds an offline src sighting of h at addrs: a peer known from
-// before a restart, not seen again yet. A row already seen through src
-// stays as it is.
-func (t *Table) restore(h Hello, src Source, addrs []string, fromNetwork bool) error {
+// restore adds an offline src sighting of h at addrs, last seen at seen:
+// a peer known from before a restart, not seen again yet. A row already
+// seen through src stays as it is.
+func (t *Table) restore(h Hello, src Source, addrs []string, seen time.Time, fromNetwork bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.rows[h.ID]
@@ -97,7 +100,7 @@ func (t *Table) restore(h Hello, src Source, addrs []string, fromNetwork bool) e
 	if len(addrs) > maxAddrs {
 		addrs = addrs[:maxAddrs]
 	}
-	r.by[src] = &sighting{addrs: append([]string(nil), addrs...), fromNetwork: fromNetwork}
+	r.by[src] = &sighting{addrs: append([]string(nil), addrs...), seen: seen, fromNetwork: fromNetwork}
 	t.notifyLocked()
 	return nil
 }

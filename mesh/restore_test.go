@@ -22,22 +22,25 @@ func TestRestoreManual(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	url := "https://" + ln.Addr().String()
 
-	if err := d.RestoreManual(url, peer.id, gone.fp, "x"); !errors.Is(err, ErrDeviceID) {
+	if err := d.RestoreManual(url, peer.id, gone.fp, "x", "", time.Time{}); !errors.Is(err, ErrDeviceID) {
 		t.Fatalf("an id not of the fingerprint: %v, want ErrDeviceID", err)
 	}
-	if err := d.RestoreManual(url, self.id, self.fp, "self"); !errors.Is(err, ErrSelf) {
+	if err := d.RestoreManual(url, self.id, self.fp, "self", "", time.Time{}); !errors.Is(err, ErrSelf) {
 		t.Fatalf("this device: %v, want ErrSelf", err)
 	}
-	if err := d.RestoreManual("http://"+ln.Addr().String(), peer.id, peer.fp, "x"); !errors.Is(err, ErrBadURL) {
+	if err := d.RestoreManual("http://"+ln.Addr().String(), peer.id, peer.fp, "x", "", time.Time{}); !errors.Is(err, ErrBadURL) {
 		t.Fatalf("plain http: %v, want ErrBadURL", err)
 	}
 
 	// Kept as gone's address, which peer answers now.
-	if err := d.RestoreManual(url, gone.id, gone.fp, "old box"); err != nil {
+	// Listed offline with its last known name, OS and sighting.
+	seen := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	if err := d.RestoreManual(url, gone.id, gone.fp, "old box", "Debian GNU/Linux 12 (x86_64)", seen); err != nil {
 		t.Fatal(err)
 	}
 	p, ok := d.Table().Get(gone.id)
-	if !ok || p.Online || p.Name != "old box" || p.FP != gone.fp || !slices.Equal(p.Sources, []Source{SourceManual}) {
+	if !ok || p.Online || p.Name != "old box" || p.OS != "Debian GNU/Linux 12 (x86_64)" || !p.LastSeen.Equal(seen) ||
+		p.FP != gone.fp || !slices.Equal(p.Sources, []Source{SourceManual}) {
 		t.Fatalf("restored row %+v %v", p, ok)
 	}
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) { // the first probe and several re-probes
@@ -50,7 +53,7 @@ func TestRestoreManual(t *testing.T) {
 	}
 
 	// The right identity: online, with what its hello says now.
-	if err := d.RestoreManual(url, peer.id, peer.fp, "stale name"); err != nil {
+	if err := d.RestoreManual(url, peer.id, peer.fp, "stale name", "", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the restored peer online", func() bool {

@@ -140,6 +140,10 @@ ALTER TABLE approvals ADD COLUMN poll_hash BLOB;
 DROP INDEX tasks_ended;
 DROP INDEX tasks_owner;
 `},
+	{"peers added by hand: their last known OS and when they were last seen", `
+ALTER TABLE peers ADD COLUMN os TEXT NOT NULL DEFAULT '';
+ALTER TABLE peers ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // SchemaVersion is the newest schema this binary knows.

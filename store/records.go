@@ -284,6 +284,8 @@ type ManualPeer struct {
 	DeviceID    string
 	Fingerprint string // lowercase hex SHA-256 of its certificate (not secret)
 	Name        string
+	OS          string    // as its last verified hello said
+	LastSeen    time.Time // when its hello last answered (zero: unknown)
 	Added       time.Time
 }
 
@@ -292,7 +294,7 @@ func (s *Store) PutPeer(ctx context.Context, p ManualPeer) error {
 	if !strings.HasPrefix(p.URL, "https://") {
 		return fmt.Errorf("%w: a manual peer's URL is https://", ErrInvalid)
 	}
-	if err := checkText("peer", p.URL, p.DeviceID, p.Fingerprint, p.Name); err != nil {
+	if err := checkText("peer", p.URL, p.DeviceID, p.Fingerprint, p.Name, p.OS); err != nil {
 		return err
 	}
 	if p.Added.IsZero() {
@@ -309,9 +311,14 @@ func (s *Store) PutPeer(ctx context.Context, p ManualPeer) error {
 			}
 			b.st.peers++
 		}
-		_, err := b.exec(`INSERT INTO peers (url, device_id, fingerprint, name, added) VALUES (?, ?, ?, ?, ?)
+		var seen int64
+		if !p.LastSeen.IsZero() {
+			seen = ns(p.LastSeen)
+		}
+		_, err := b.exec(`INSERT INTO peers (url, device_id, fingerprint, name, os, last_seen, added) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (url) DO UPDATE SET device_id = excluded.device_id, fingerprint = excluded.fingerprint,
-			name = excluded.name`, p.URL, p.DeviceID, p.Fingerprint, p.Name, ns(p.Added))
+			name = excluded.name, os = excluded.os, last_seen = max(last_seen, excluded.last_seen)`,
+			p.URL, p.DeviceID, p.Fingerprint, p.Name, p.OS, seen, ns(p.Added))
 		return err
 	})
 }
@@ -333,7 +340,7 @@ func (s *Store) DeletePeer(ctx context.Context, url string) error {
 
 // Peers returns the peers added by hand, oldest first.
 func (s *Store) Peers(ctx context.Context) ([]ManualPeer, error) {
-	rows, err := s.query(ctx, "SELECT url, device_id, fingerprint, name, added FROM peers ORDER BY added, url")
+	rows, err := s.query(ctx, "SELECT url, device_id, fingerprint, name, os, last_seen, added FROM peers ORDER BY added, url")
 	if err != nil {
 		return nil, err
 	}
@@ -341,11 +348,14 @@ func (s *Store) Peers(ctx context.Context) ([]ManualPeer, error) {
 	var out []ManualPeer
 	for rows.Next() {
 		var p ManualPeer
-		var added int64
-		if err := rows.Scan(&p.URL, &p.DeviceID, &p.Fingerprint, &p.Name, &added); err != nil {
+		var added, seen int64
+		if err := rows.Scan(&p.URL, &p.DeviceID, &p.Fingerprint, &p.Name, &p.OS, &seen, &added); err != nil {
 			return nil, err
 		}
 		p.Added = fromNS(added)
+		if seen != 0 {
+			p.LastSeen = fromNS(seen)
+		}
 		out = append(out, p)
 	}
 	return out, rows.Err()

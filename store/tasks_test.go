@@ -447,7 +447,12 @@ func TestPeers(t *testing.T) {
 	if err := s.PutPeer(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	p.Name = "nas2"
+	p.Name, p.OS, p.LastSeen = "nas2", "Debian GNU/Linux 12 (x86_64)", time.Unix(1_800_000_000, 0)
+	if err := s.PutPeer(ctx, p); err != nil {
+		t.Fatalf("update = %v", err)
+	}
+	// An update without a newer sighting keeps the last one known.
+	p.LastSeen = time.Time{}
 	if err := s.PutPeer(ctx, p); err != nil {
 		t.Fatalf("update = %v", err)
 	}
@@ -458,7 +463,7 @@ func TestPeers(t *testing.T) {
 		t.Fatalf("http = %v", err)
 	}
 	got, _ := s.Peers(ctx)
-	if len(got) != 1 || got[0].Name != "nas2" {
+	if len(got) != 1 || got[0].Name != "nas2" || got[0].OS != "Debian GNU/Linux 12 (x86_64)" || !got[0].LastSeen.Equal(time.Unix(1_800_000_000, 0)) {
 		t.Fatalf("peers %+v", got)
 	}
 	if err := s.DeletePeer(ctx, p.URL); err != nil {
