@@ -53,10 +53,6 @@ type Node struct {
 	// before the approvals queue took it (onPairingRequest), for the
 	// audit entry of that denial (onTrustChange).
 	unqueuedPairings sync.Map
-	// keptPeers is what the database has of each peer added by hand
-	// (keepManualPeers), by device ID.
-	keptMu    sync.Mutex
-	keptPeers map[string]keptPeer
 	settings         *settingsStore
 	ks               keychain.Store
 	identity         *pairing.Identity
@@ -86,6 +82,11 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// keptPeers is what the database has of each peer added by hand
+	// (keepManualPeers), by device ID.
+	keptMu    sync.Mutex
+	keptPeers map[string]keptPeer
 }
 
 // NewNode checks cfg and returns a node ready to Start.
