@@ -1,11 +1,13 @@
 package app_test
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/mesh"
 	"meshtray/nodes"
@@ -127,23 +129,52 @@ func TestPeersByHand(t *testing.T) {
 }
 
 // TestPairedPeerAlwaysListed: a paired device stays in the peer table when
-// no discovery source sees it (here: LAN off, no Tailscale), offline, with
-// what the grants know of it; before, it vanished with its last sighting.
+// no discovery source sees it (here: LAN off, no Tailscale), with what the
+// grants know of it; before, it vanished with its last sighting. Whether
+// it is online, and publishes A2A, is what the check of its card at the
+// address it gave at pairing found (source "pairing"); before, such a row
+// said offline and no A2A whatever the device answered.
 func TestPairedPeerAlwaysListed(t *testing.T) {
 	a := ptStart(t, "desk")
 	b := ptStart(t, "laptop")
 	ptPairByCLI(t, a, b, "agent", "agent")
 	idA := ptIdentity(t, a)
-	var ps []mesh.Peer
-	ptJSON(t, b, &ps, "peers")
-	i := slices.IndexFunc(ps, func(p mesh.Peer) bool { return p.ID == idA.ID })
-	if i < 0 {
-		t.Fatalf("the paired device is not listed: %+v", ps)
+	row := func(what string) mesh.Peer {
+		t.Helper()
+		var ps []mesh.Peer
+		ptJSON(t, b, &ps, "peers")
+		i := slices.IndexFunc(ps, func(p mesh.Peer) bool { return p.ID == idA.ID })
+		if i < 0 {
+			t.Fatalf("%s: the paired device is not listed: %+v", what, ps)
+		}
+		if p := ps[i]; !p.Paired || p.Name != "desk" || p.FP != idA.Fingerprint {
+			t.Fatalf("%s: paired, unseen row %+v", what, p)
+		}
+		return ps[i]
 	}
-	if p := ps[i]; !p.Paired || p.Online || len(p.Sources) != 0 || p.Name != "desk" || p.FP != idA.Fingerprint {
-		t.Fatalf("paired, unseen row %+v", p)
+	// A2A off on desk: it answers (its card is 404), so online, no A2A.
+	if p := row("A2A off"); !p.Online || p.A2A || !slices.Equal(p.Sources, []mesh.Source{app.SourcePairing}) ||
+		p.LastSeen.IsZero() || !slices.Equal(p.Addrs[app.SourcePairing], []string{"127.0.0.1:" + strconv.Itoa(a.Port)}) {
+		t.Fatalf("A2A off: row %+v", p)
 	}
-	if out := ptCLI(t, b, "peers").Stdout; !strings.Contains(out, "desk") || !strings.Contains(out, "never") || strings.Contains(out, "0001-01-01") {
+	// A2A on: online with A2A, in the table too.
+	ptCLI(t, a, "a2a", "on")
+	b.CLI("agents", "refresh", "desk")
+	if p := row("A2A on"); !p.Online || !p.A2A {
+		t.Fatalf("A2A on: row %+v", p)
+	}
+	if out := ptCLI(t, b, "peers").Stdout; !regexp.MustCompile(`(?m)^` + idA.ID[:7] + `\s+desk\s+.+\s+pairing\s+yes\s+yes\s+yes\s+just now\s+127\.0\.0\.1:`).MatchString(out) {
+		t.Errorf("peers table, desk reachable with A2A on:\n%s", out)
+	}
+	// desk stopped: offline once checked again; never a "0001-01-01".
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.CLI("agents", "refresh", "desk")
+	if p := row("stopped"); p.Online || p.A2A {
+		t.Fatalf("stopped: row %+v", p)
+	}
+	if out := ptCLI(t, b, "peers").Stdout; !strings.Contains(out, "desk") || strings.Contains(out, "0001-01-01") {
 		t.Errorf("peers table:\n%s", out)
 	}
 }

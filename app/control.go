@@ -122,6 +122,7 @@ func (n *Node) controlRoutes(mux *http.ServeMux) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	local("GET /mesh/peers", func(w http.ResponseWriter, r *http.Request) {
+		n.CheckPairedPeers(r.Context())
 		jsonout.Write(w, http.StatusOK, n.Peers())
 	})
 	local("POST /mesh/peers", func(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 
 	agent "meshtray/a2a"
 	"meshtray/a2a/cardsig"
+	"meshtray/a2a/delegate"
 	"meshtray/assets"
 	"meshtray/files"
 	"meshtray/keychain"
@@ -1127,6 +1129,11 @@ func (n *Node) Peers() []mesh.Peer {
 	for _, g := range n.grants.List() {
 		absent(g.PeerID, g.Name, g.OS, "")
 	}
+	for i := range ps {
+		if ps[i].Paired && !ps[i].Online {
+			n.pairedReach(&ps[i])
+		}
+	}
 	slices.SortStableFunc(ps, func(a, b mesh.Peer) int {
 		if a.Online != b.Online {
 			if a.Online {
@@ -1140,6 +1147,48 @@ func (n *Node) Peers() []mesh.Peer {
 		ps = []mesh.Peer{}
 	}
 	return ps
+}
+
+// SourcePairing marks a paired device in Peers that no discovery source
+// sees but that answered at the address it gave at pairing: the card
+// check of the agents (delegate.Agents, over the pinned connection, at
+// most PeerCardTTL old). Never a source of the mesh table itself.
+const SourcePairing mesh.Source = "pairing"
+
+// pairedReach marks p, a paired device discovery sees offline or not at
+// all, online when the last check of its card through the grant it gave
+// this device got an answer (its card, a 404 of A2A off, a refusal), with
+// A2A as that answer says and the address it answered at.
+func (n *Node) pairedReach(p *mesh.Peer) {
+	if n.deleg == nil || n.deleg.agents == nil {
+		return
+	}
+	a, err := n.deleg.agents.Get(p.ID)
+	if err != nil || a.Kind != delegate.AgentPeer || a.Checked.IsZero() {
+		return
+	}
+	switch a.Status {
+	case delegate.AgentReady, delegate.AgentUnpublished, delegate.AgentUnauthorized:
+	default:
+		return // not answered (unreachable), not checked, or switched off here
+	}
+	p.Online, p.A2A = true, a.Status == delegate.AgentReady
+	if a.Checked.After(p.LastSeen) {
+		p.LastSeen = a.Checked
+	}
+	p.Sources = append(p.Sources, SourcePairing)
+	if u, err := url.Parse(a.URL); err == nil && u.Host != "" {
+		p.Addrs[SourcePairing] = []string{u.Host}
+	}
+}
+
+// CheckPairedPeers fetches again the cards of the paired devices checked
+// longer ago than delegate.PeerCardTTL (bounded to a few seconds), so that
+// Peers says which of them answer (GET /mesh/peers calls it first).
+func (n *Node) CheckPairedPeers(ctx context.Context) {
+	if n.deleg != nil && n.deleg.agents != nil {
+		n.deleg.agents.List(ctx)
+	}
 }
 
 // Subscribe returns change notices (the tray and GET /events use it).
