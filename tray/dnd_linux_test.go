@@ -152,8 +152,8 @@ func TestDropFilesOnWindows(t *testing.T) {
 	}()
 	var pairing string
 	apptest.WaitFor(t, 30*time.Second, "the pairing approval on bee", func() bool {
-		var as []app.Approval
-		if err := bee.Client.Do(context.Background(), "GET", "/approvals", nil, &as); err != nil {
+		as, err := bee.Client.Approvals(context.Background())
+		if err != nil {
 			t.Fatal(err)
 		}
 		for _, a := range as {
