@@ -62,7 +62,7 @@ func TestSendCLIOutput(t *testing.T) {
 			t.Fatalf("send --json: %s (%v)", r.Stdout, err)
 		}
 		if res.State != "completed" || len(res.Files) != 1 || res.Skipped == nil || res.Skipped.Count != 2 || len(res.Skipped.Entries) != 2 ||
-			res.Skipped.Entries[0].Path != "Trip/copy-link" || res.Skipped.Entries[0].Type != "symbolic link" {
+			res.Skipped.Entries[0].Path != "Trip/copy-link" || res.Skipped.Entries[0].Why != "symbolic link" {
 			t.Fatalf("send --json: %s", r.Stdout)
 		}
 		if !strings.Contains(r.Stderr, "skipped 2 entries") {

@@ -144,7 +144,7 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 	if len(srcs) == 0 {
 		return SendResult{}, badRequest("nothing to send: the folders hold no regular files")
 	}
-	var refused Refused
+	var refused files.NotSent
 	if h != nil {
 		// A name the device would refuse holds back only its file.
 		if srcs, refused = refuseNames(srcs); refused.Count > 0 && len(srcs) == 0 {
@@ -168,7 +168,7 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 }
 
 // refusedList is the refused files as one line: "a\\b (backslash), …".
-func refusedList(r Refused) string {
+func refusedList(r files.NotSent) string {
 	var b strings.Builder
 	for i, e := range r.Entries {
 		if i == 5 {
@@ -178,7 +178,7 @@ func refusedList(r Refused) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%q: %s", e.Path, e.Reason)
+		fmt.Fprintf(&b, "%q: %s", e.Path, e.Why)
 	}
 	return b.String()
 }

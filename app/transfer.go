@@ -41,45 +41,24 @@ const (
 	SendEventResult   = "result"
 )
 
-// Refused are the files of a send that are not sent because the receiver
-// would refuse their names (files.CleanPath, the receiver's own rule: "..",
-// a backslash or colon, control characters, ...): how many, and each with
-// why (the first maxRefusedListed). The others are sent: one odd name does
-// not hold back a folder.
-type Refused struct {
-	Count   int           `json:"count"`
-	Entries []RefusedFile `json:"entries"`
-}
-
-// RefusedFile is one file not sent: its path as it would have been sent
-// and why its name is refused.
-type RefusedFile struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
-// maxRefusedListed bounds Refused.Entries.
-const maxRefusedListed = 100
-
 // refuseNames splits srcs into the files whose names the receiver takes
-// and those it would refuse (Refused).
-func refuseNames(srcs []files.Source) ([]files.Source, Refused) {
+// and those it would refuse (files.CleanPath, the receiver's own rule:
+// "..", a backslash or colon, control characters, ...), each with why. The
+// others are sent: one odd name does not hold back a folder.
+func refuseNames(srcs []files.Source) ([]files.Source, files.NotSent) {
 	kept := srcs[:0:0]
-	var ref Refused
+	var ref files.NotSent
 	for _, s := range srcs {
 		_, err := files.CleanPath(s.Entry.Path)
 		if err == nil {
 			kept = append(kept, s)
 			continue
 		}
-		ref.Count++
-		if len(ref.Entries) < maxRefusedListed {
-			why := strings.TrimPrefix(err.Error(), files.ErrBadName.Error()+": ")
-			if _, after, ok := strings.Cut(why, " ("); ok {
-				why = strings.TrimSuffix(after, ")")
-			}
-			ref.Entries = append(ref.Entries, RefusedFile{Path: s.Entry.Path, Reason: why})
+		why := strings.TrimPrefix(err.Error(), files.ErrBadName.Error()+": ")
+		if _, after, ok := strings.Cut(why, " ("); ok {
+			why = strings.TrimSuffix(after, ")")
 		}
+		ref.Add(s.Entry.Path, why)
 	}
 	return kept, ref
 }
@@ -88,11 +67,11 @@ func refuseNames(srcs []files.Source) ([]files.Source, Refused) {
 //
 //	{"type":"state","state":"submitted|working|input-required|completed|failed|rejected|canceled","message":"..."}
 //	{"type":"progress","file":i,"path":"rel/path","done":N,"size":N,"total_done":N,"total":N}
-//	{"type":"skipped","count":N,"entries":[{"path":"Trip/link","type":"symbolic link"}...]}
-//	{"type":"refused","count":N,"entries":[{"path":"Trip/a\\b.txt","reason":"backslash"}...]}
+//	{"type":"skipped","count":N,"entries":[{"path":"Trip/link","why":"symbolic link"}...]}
+//	{"type":"refused","count":N,"entries":[{"path":"Trip/a\\b.txt","why":"backslash"}...]}
 //	{"type":"result","task_id":"...","state":"...","message":"...","dir":"...","files":[files.Saved...],"skipped":{...},"refused":{...}}
 //
-// A skipped line (files.Skipped: the links and special files of the
+// A skipped line (files.NotSent: the links and special files of the
 // folders, not sent) and a refused line (Refused: files not sent for
 // their names) come first when there are any, before anything is
 // sent; a state line with each change of the receiver's task (state names
@@ -111,9 +90,9 @@ type SendEvent struct {
 	TotalDone int64  `json:"total_done"`
 	Total     int64  `json:"total"`
 	// skipped
-	Skipped *files.Skipped `json:"-"`
+	Skipped *files.NotSent `json:"-"`
 	// refused
-	Refused *Refused `json:"-"`
+	Refused *files.NotSent `json:"-"`
 	// result
 	Result *SendResult `json:"-"`
 }
@@ -132,23 +111,9 @@ func (e SendEvent) MarshalJSON() ([]byte, error) {
 			Total     int64  `json:"total"`
 		}{e.Type, e.File, e.Path, e.Done, e.Size, e.TotalDone, e.Total})
 	case SendEventSkipped:
-		sk := files.Skipped{Entries: []files.SkippedEntry{}}
-		if e.Skipped != nil {
-			sk = *e.Skipped
-		}
-		return json.Marshal(struct {
-			Type string `json:"type"`
-			files.Skipped
-		}{e.Type, sk})
+		return marshalNotSent(e.Type, e.Skipped)
 	case SendEventRefused:
-		ref := Refused{Entries: []RefusedFile{}}
-		if e.Refused != nil {
-			ref = *e.Refused
-		}
-		return json.Marshal(struct {
-			Type string `json:"type"`
-			Refused
-		}{e.Type, ref})
+		return marshalNotSent(e.Type, e.Refused)
 	case SendEventResult:
 		r := SendResult{State: e.State, Message: e.Message}
 		if e.Result != nil {
@@ -170,6 +135,19 @@ func (e SendEvent) MarshalJSON() ([]byte, error) {
 	}{e.Type, e.State, e.Message})
 }
 
+// marshalNotSent is a skipped or refused line: its type and the list
+// (empty, never null, when ns is nil).
+func marshalNotSent(typ string, ns *files.NotSent) ([]byte, error) {
+	list := files.NotSent{Entries: []files.NotSentEntry{}}
+	if ns != nil {
+		list = *ns
+	}
+	return json.Marshal(struct {
+		Type string `json:"type"`
+		files.NotSent
+	}{typ, list})
+}
+
 // UnmarshalJSON reads any of the three lines; a result line fills Result
 // (and State and Message).
 func (e *SendEvent) UnmarshalJSON(b []byte) error {
@@ -180,14 +158,14 @@ func (e *SendEvent) UnmarshalJSON(b []byte) error {
 	}
 	*e = SendEvent(p)
 	if e.Type == SendEventSkipped {
-		var sk files.Skipped
+		var sk files.NotSent
 		if err := json.Unmarshal(b, &sk); err != nil {
 			return err
 		}
 		e.Skipped = &sk
 	}
 	if e.Type == SendEventRefused {
-		var ref Refused
+		var ref files.NotSent
 		if err := json.Unmarshal(b, &ref); err != nil {
 			return err
 		}
@@ -214,9 +192,9 @@ type SendResult struct {
 	Files   []files.Saved `json:"files"`
 	// Skipped are the entries of the folders that were not sent (links,
 	// special files); nil when there were none.
-	Skipped *files.Skipped `json:"skipped,omitempty"`
+	Skipped *files.NotSent `json:"skipped,omitempty"`
 	// Refused are the files not sent for their names; nil when none were.
-	Refused *Refused `json:"refused,omitempty"`
+	Refused *files.NotSent `json:"refused,omitempty"`
 }
 
 // ReceivedTransfer is one completed incoming transfer (GET /files/received).

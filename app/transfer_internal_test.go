@@ -116,8 +116,8 @@ func TestSendEventJSON(t *testing.T) {
 		{SendEvent{Type: SendEventResult, Result: res},
 			`{"type":"result","task_id":"T1","state":"completed","message":"saved 1 file(s) in /d","dir":"/d","files":[{"path":"a.txt","size":3,"media_type":"text/plain","sha256":"ab"}]}`},
 		{SendEvent{Type: SendEventResult, State: "rejected", Message: "no"}, `{"type":"result","task_id":"","state":"rejected","message":"no","files":[]}`},
-		{SendEvent{Type: SendEventSkipped, Skipped: &files.Skipped{Count: 1, Entries: []files.SkippedEntry{{Path: "Trip/l", Type: "symbolic link"}}}},
-			`{"type":"skipped","count":1,"entries":[{"path":"Trip/l","type":"symbolic link"}]}`},
+		{SendEvent{Type: SendEventSkipped, Skipped: &files.NotSent{Count: 1, Entries: []files.NotSentEntry{{Path: "Trip/l", Why: "symbolic link"}}}},
+			`{"type":"skipped","count":1,"entries":[{"path":"Trip/l","why":"symbolic link"}]}`},
 	} {
 		b, err := tc.ev.MarshalJSON()
 		if err != nil || string(b) != tc.want {

@@ -179,7 +179,7 @@ func TestSendFolderWithOneRefusedName(t *testing.T) {
 		t.Fatalf("%v: %s", err, r.Stdout)
 	}
 	if res.State != "completed" || len(res.Files) != 1 || res.Files[0].Path != "Box/ok.txt" ||
-		res.Refused == nil || res.Refused.Count != 1 || res.Refused.Entries[0].Path != `Box/back\slash.txt` || res.Refused.Entries[0].Reason == "" {
+		res.Refused == nil || res.Refused.Count != 1 || res.Refused.Entries[0].Path != `Box/back\slash.txt` || res.Refused.Entries[0].Why == "" {
 		t.Fatalf("result %+v (refused %+v)", res, res.Refused)
 	}
 	if !strings.Contains(r.Stderr, `Box/back\slash.txt`) {

@@ -29,14 +29,14 @@ func TestCollectReportsSkipped(t *testing.T) {
 	if err != nil || len(srcs) != 1 || srcs[0].Entry.Path != "Box/a.txt" {
 		t.Fatalf("Collect = %+v, %v", srcs, err)
 	}
-	want := []SkippedEntry{{"Box/dir-link", "symbolic link"}, {"Box/file-link", "symbolic link"}, {"Box/sub/pipe", "named pipe"}}
+	want := []NotSentEntry{{"Box/dir-link", "symbolic link"}, {"Box/file-link", "symbolic link"}, {"Box/sub/pipe", "named pipe"}}
 	if sk.Count != 3 || !slices.Equal(sk.Entries, want) {
 		t.Fatalf("skipped = %+v, want %+v", sk, want)
 	}
-	for i := range MaxSkippedListed + 5 {
+	for i := range MaxNotSentListed + 5 {
 		os.Symlink("a.txt", filepath.Join(dir, fmt.Sprintf("l%03d", i)))
 	}
-	if _, sk, _ = Collect(dir); sk.Count != MaxSkippedListed+8 || len(sk.Entries) != MaxSkippedListed {
-		t.Fatalf("%d skipped, %d listed; want %d and %d", sk.Count, len(sk.Entries), MaxSkippedListed+8, MaxSkippedListed)
+	if _, sk, _ = Collect(dir); sk.Count != MaxNotSentListed+8 || len(sk.Entries) != MaxNotSentListed {
+		t.Fatalf("%d skipped, %d listed; want %d and %d", sk.Count, len(sk.Entries), MaxNotSentListed+8, MaxNotSentListed)
 	}
 }

@@ -35,23 +35,35 @@ func Sources(paths ...string) ([]Source, error) {
 	return srcs, err
 }
 
-// Skipped is what Collect left out of the folders it walked: how many
-// entries (Count) and the first MaxSkippedListed of them, in walk order.
-type Skipped struct {
+// NotSent is a list of paths a send leaves out, each with why: the links
+// and special files Collect skips in the folders it walks, or the files
+// whose names the receiver would refuse. Count counts them all; Entries
+// holds the first MaxNotSentListed, in order. JSON:
+//
+//	{"count":N,"entries":[{"path":"Trip/link","why":"symbolic link"},...]}
+type NotSent struct {
 	Count   int            `json:"count"`
-	Entries []SkippedEntry `json:"entries"`
+	Entries []NotSentEntry `json:"entries"`
 }
 
-// SkippedEntry is one entry of a folder that is not sent: its path as it
-// would have been sent ("folder/relative/path") and its type ("symbolic
-// link", "named pipe", "socket", "device", "irregular file").
-type SkippedEntry struct {
+// NotSentEntry is one path left out: as it would have been sent
+// ("folder/relative/path"), and why ("symbolic link", "named pipe",
+// "socket", "device", "irregular file"; or the name rule it breaks).
+type NotSentEntry struct {
 	Path string `json:"path"`
-	Type string `json:"type"`
+	Why  string `json:"why"`
 }
 
-// MaxSkippedListed bounds Skipped.Entries.
-const MaxSkippedListed = 100
+// MaxNotSentListed bounds NotSent.Entries.
+const MaxNotSentListed = 100
+
+// Add counts path, and lists it while fewer than MaxNotSentListed are.
+func (n *NotSent) Add(path, why string) {
+	n.Count++
+	if len(n.Entries) < MaxNotSentListed {
+		n.Entries = append(n.Entries, NotSentEntry{Path: path, Why: why})
+	}
+}
 
 // skippedType names the type of a folder entry that is not sent.
 func skippedType(m fs.FileMode) string {
@@ -75,10 +87,10 @@ func skippedType(m fs.FileMode) string {
 // inside it or not) and special files are not followed or read, and are
 // returned as skipped. Media types come from the extension
 // (mime.TypeByExtension).
-func Collect(paths ...string) ([]Source, Skipped, error) {
+func Collect(paths ...string) ([]Source, NotSent, error) {
 	type job struct{ local, rel string }
 	var jobs []job
-	skipped := Skipped{Entries: []SkippedEntry{}}
+	skipped := NotSent{Entries: []NotSentEntry{}}
 	for _, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
@@ -111,10 +123,7 @@ func Collect(paths ...string) ([]Source, Skipped, error) {
 			}
 			rel = base + "/" + filepath.ToSlash(rel)
 			if !d.Type().IsRegular() {
-				skipped.Count++
-				if len(skipped.Entries) < MaxSkippedListed {
-					skipped.Entries = append(skipped.Entries, SkippedEntry{Path: rel, Type: skippedType(d.Type())})
-				}
+				skipped.Add(rel, skippedType(d.Type()))
 				return nil
 			}
 			jobs = append(jobs, job{local, rel})

@@ -148,19 +148,25 @@ func sendExit(res app.SendResult, said string) error {
 const refusedShown = 20
 
 // printRefused lists the files not sent for their names, one a line.
-func printRefused(w io.Writer, r app.Refused) {
+func printRefused(w io.Writer, r files.NotSent) {
 	noun := "files"
 	if r.Count == 1 {
 		noun = "file"
 	}
 	fmt.Fprintf(w, "not sending %d %s whose name the device would refuse (the others are sent):\n", r.Count, noun)
-	for i, e := range r.Entries {
-		if i == refusedShown {
+	printNotSent(w, r, refusedShown)
+}
+
+// printNotSent lists the first shown entries of ns, one a line, and how
+// many more there are.
+func printNotSent(w io.Writer, ns files.NotSent, shown int) {
+	for i, e := range ns.Entries {
+		if i == shown {
 			break
 		}
-		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), oneLine(e.Reason, 100))
+		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), oneLine(e.Why, 100))
 	}
-	if more := r.Count - min(len(r.Entries), refusedShown); more > 0 {
+	if more := ns.Count - min(len(ns.Entries), shown); more > 0 {
 		fmt.Fprintf(w, "  … and %d more\n", more)
 	}
 }
@@ -304,20 +310,15 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 }
 
 // printSkipped lists the entries of the folders that are not sent, one a
-// line (the node lists the first files.MaxSkippedListed, then says how
+// line (the node lists the first files.MaxNotSentListed, then says how
 // many more).
-func printSkipped(w io.Writer, sk files.Skipped) {
+func printSkipped(w io.Writer, sk files.NotSent) {
 	noun := "entries"
 	if sk.Count == 1 {
 		noun = "entry"
 	}
 	fmt.Fprintf(w, "skipped %d %s of the folders (links and special files are not sent):\n", sk.Count, noun)
-	for _, e := range sk.Entries {
-		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), oneLine(e.Type, 40))
-	}
-	if more := sk.Count - len(sk.Entries); more > 0 {
-		fmt.Fprintf(w, "  … and %d more\n", more)
-	}
+	printNotSent(w, sk, files.MaxNotSentListed)
 }
 
 // stateLine is a transfer's state and its message as one printed line.

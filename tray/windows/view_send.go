@@ -18,6 +18,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"meshtray/app"
+	"meshtray/files"
 	"meshtray/mesh"
 	"meshtray/pairing"
 )
@@ -225,28 +226,10 @@ func (v *sendView) finished(res app.SendResult, err error) {
 			b.WriteString(f.Path + "\n")
 		}
 		if sk := res.Skipped; sk != nil && sk.Count > 0 {
-			fmt.Fprintf(&b, "\nNot sent, %d links or special files:\n", sk.Count)
-			for i, e := range sk.Entries {
-				if i == maxSendRows {
-					break
-				}
-				b.WriteString(e.Path + " (" + e.Type + ")\n")
-			}
-			if more := sk.Count - min(len(sk.Entries), maxSendRows); more > 0 {
-				fmt.Fprintf(&b, "… and %d more\n", more)
-			}
+			writeNotSent(&b, fmt.Sprintf("Not sent, %d links or special files:", sk.Count), *sk)
 		}
 		if rf := res.Refused; rf != nil && rf.Count > 0 {
-			fmt.Fprintf(&b, "\nNot sent, %d with a name %s would refuse:\n", rf.Count, v.device)
-			for i, e := range rf.Entries {
-				if i == maxSendRows {
-					break
-				}
-				b.WriteString(e.Path + " (" + e.Reason + ")\n")
-			}
-			if more := rf.Count - min(len(rf.Entries), maxSendRows); more > 0 {
-				fmt.Fprintf(&b, "… and %d more\n", more)
-			}
+			writeNotSent(&b, fmt.Sprintf("Not sent, %d with a name %s would refuse:", rf.Count, v.device), *rf)
 		}
 		v.result.SetText(strings.TrimSpace(b.String()))
 		v.result.Show()
@@ -298,6 +281,21 @@ func sentence(msg string) string {
 		r = append(r, '.')
 	}
 	return string(r)
+}
+
+// writeNotSent adds a paragraph to b: the heading, then the first
+// maxSendRows entries of ns (path and why) and how many more there are.
+func writeNotSent(b *strings.Builder, heading string, ns files.NotSent) {
+	b.WriteString("\n" + heading + "\n")
+	for i, e := range ns.Entries {
+		if i == maxSendRows {
+			break
+		}
+		b.WriteString(e.Path + " (" + e.Why + ")\n")
+	}
+	if more := ns.Count - min(len(ns.Entries), maxSendRows); more > 0 {
+		fmt.Fprintf(b, "… and %d more\n", more)
+	}
 }
 
 // droppedPaths are the local paths of dropped items (file: URIs only).

@@ -43,7 +43,7 @@ func TestSendViewListsSkipped(t *testing.T) {
 	test.NewTempApp(t)
 	v := newSendView("desk", sendCallbacks{})
 	v.finished(app.SendResult{State: "completed", Dir: "/d", Files: []files.Saved{{Path: "Trip/a.txt"}},
-		Skipped: &files.Skipped{Count: 2, Entries: []files.SkippedEntry{{Path: "Trip/l1", Type: "symbolic link"}, {Path: "Trip/p", Type: "named pipe"}}}}, nil)
+		Skipped: &files.NotSent{Count: 2, Entries: []files.NotSentEntry{{Path: "Trip/l1", Why: "symbolic link"}, {Path: "Trip/p", Why: "named pipe"}}}}, nil)
 	got := v.result.Text
 	if !strings.Contains(got, "Not sent, 2 links or special files:\nTrip/l1 (symbolic link)\nTrip/p (named pipe)") {
 		t.Errorf("result:\n%s", got)
@@ -56,7 +56,7 @@ func TestSendViewListsRefused(t *testing.T) {
 	test.NewTempApp(t)
 	v := newSendView("desk", sendCallbacks{})
 	v.finished(app.SendResult{State: "completed", Dir: "/d", Files: []files.Saved{{Path: "Box/ok.txt"}},
-		Refused: &app.Refused{Count: 1, Entries: []app.RefusedFile{{Path: `Box/a\b.txt`, Reason: "backslash"}}}}, nil)
+		Refused: &files.NotSent{Count: 1, Entries: []files.NotSentEntry{{Path: `Box/a\b.txt`, Why: "backslash"}}}}, nil)
 	if got := v.result.Text; !strings.Contains(got, "Not sent, 1 with a name desk would refuse:\nBox/a\\b.txt (backslash)") {
 		t.Errorf("result:\n%s", got)
 	}
