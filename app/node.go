@@ -77,10 +77,9 @@ type Node struct {
 	// grant ends them (endGrantWork).
 	work grantWork
 
-	ctx     context.Context // canceled by Close: ends long-lived handlers and loops
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // background loops
-	sending *sendingLog    // the sends under way (sending.go)
+	ctx    context.Context // canceled by Close: ends long-lived handlers and loops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background loops
 
 	closeOnce sync.Once
 	closeErr  error
@@ -328,8 +327,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	// Sends a kill cut short: canceled at their receivers, which would
 	// hold their partial files and free space otherwise.
-	sending, stale := openSendingLog(cfg.StateDir)
-	n.sending = sending
+	if err := importSendingFile(n.ctx, n.db, cfg.StateDir); err != nil {
+		n.log.Warn("cannot move the record of sends under way of an older meshtray into the database; trying again at the next start", "file", sendingFile, "err", err)
+	}
+	stale, err := n.db.Sendings(n.ctx)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
 	n.cancelStaleSends(stale)
 
 	// Grant changes from here on are seen by watchGrants, against the

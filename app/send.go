@@ -18,6 +18,7 @@ import (
 	"meshtray/files"
 	"meshtray/jsonout"
 	"meshtray/pairing"
+	"meshtray/store"
 )
 
 // Sending files to a paired device: one A2A task on the receiver
@@ -255,7 +256,7 @@ type sendRun struct {
 	final   chan struct{}
 	ended   bool
 	result  *files.Result
-	logged  bool // the task is in the node's record of sends under way (sendingLog)
+	logged  bool // the task is in the node's record of sends under way (store.Sending)
 }
 
 // record puts the receiver's task id in the node's record of sends under
@@ -263,14 +264,16 @@ type sendRun struct {
 // start (cancelStaleSends).
 func (s *sendRun) record(id a2a.TaskID) {
 	s.mu.Lock()
-	if s.logged || s.n.sending == nil {
+	if s.logged || s.n.db == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.logged = true
 	s.mu.Unlock()
-	e := sendingEntry{TaskID: string(id), Device: s.h.PeerID, Name: s.h.Name, Started: time.Now().UTC()}
-	if err := s.n.sending.add(e); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), sendingTimeout)
+	defer cancel()
+	e := store.Sending{Device: s.h.PeerID, TaskID: string(id), Name: s.h.Name, Started: time.Now()}
+	if err := s.n.db.PutSending(ctx, e); err != nil {
 		s.n.log.Warn("cannot record a send under way (a kill now leaves it to the receiver's idle bound)", "task", id, "err", err)
 	}
 }
@@ -281,9 +284,7 @@ func (s *sendRun) unrecord() {
 	id, logged := s.taskID, s.logged
 	s.mu.Unlock()
 	if logged {
-		if err := s.n.sending.remove(string(id)); err != nil {
-			s.n.log.Warn("cannot update the record of sends under way", "task", id, "err", err)
-		}
+		s.n.unrecordSend(s.h.PeerID, string(id))
 	}
 }
 

@@ -7,78 +7,55 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 
 	"meshtray/a2a/delegate"
-	"meshtray/keychain"
+	"meshtray/store"
 )
 
-// The transfers this node is sending, kept in the state dir so that a
-// node killed mid-transfer (its sends are in-process: nothing resumes
-// their uploads) cancels them at their receivers when it starts again:
-// the receiver would otherwise keep the task, its partial files and the
-// free space they hold for its whole idle bound (DefaultTransferIdle).
+// The transfers this node is sending are in the database (store.Sending,
+// written by sendRun.record before the upload starts) so that a node
+// killed mid-transfer (its sends are in-process: nothing resumes their
+// uploads) cancels them at their receivers when it starts again: the
+// receiver would otherwise keep the task, its partial files and the free
+// space they hold for its whole idle bound (DefaultTransferIdle).
 
-// sendingFile is the record's name in the state dir.
+// sendingFile is where builds before the database record kept the sends
+// under way; importSendingFile moves a leftover one into the database.
 const sendingFile = "sending.json"
 
-// sendingEntry is one send under way: the receiver's task and the device.
-type sendingEntry struct {
-	TaskID  string    `json:"task_id"`
-	Device  string    `json:"device"` // the receiver's device ID
-	Name    string    `json:"name"`   // its name, for the log
-	Started time.Time `json:"started"`
-}
+// sendingTimeout bounds one write of the record (a disk that stalls must
+// not hold a send forever).
+const sendingTimeout = 10 * time.Second
 
-// sendingLog is the record (sendingFile): every change is written (fsynced,
-// renamed into place) before the send goes on.
-type sendingLog struct {
-	path string
-	mu   sync.Mutex
-	live []sendingEntry // guarded by mu
-}
-
-func openSendingLog(stateDir string) (*sendingLog, []sendingEntry) {
-	l := &sendingLog{path: filepath.Join(stateDir, sendingFile)}
-	var stale []sendingEntry
-	if b, err := os.ReadFile(l.path); err == nil {
-		_ = json.Unmarshal(b, &stale) // a torn record names nothing to cancel
-	}
-	return l, stale
-}
-
-// add records e; an error means the send is not recorded (it goes on).
-func (l *sendingLog) add(e sendingEntry) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.live = append(l.live, e)
-	return l.writeLocked()
-}
-
-// remove drops the entry of task id.
-func (l *sendingLog) remove(id string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.live = slices.DeleteFunc(l.live, func(e sendingEntry) bool { return e.TaskID == id })
-	return l.writeLocked()
-}
-
-func (l *sendingLog) writeLocked() error {
-	if len(l.live) == 0 {
-		if err := os.Remove(l.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
+// importSendingFile puts the entries of a leftover sendingFile (a node
+// updated mid-transfer) in the database and removes the file; a file that
+// cannot be imported is kept for the next start. A torn file names
+// nothing to cancel.
+func importSendingFile(ctx context.Context, db *store.Store, stateDir string) error {
+	path := filepath.Join(stateDir, sendingFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
-	}
-	b, err := json.Marshal(l.live)
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
-	return keychain.WriteFile(l.path, b)
+	var old []struct {
+		TaskID  string    `json:"task_id"`
+		Device  string    `json:"device"`
+		Name    string    `json:"name"`
+		Started time.Time `json:"started"`
+	}
+	_ = json.Unmarshal(b, &old)
+	for _, e := range old {
+		err := db.PutSending(ctx, store.Sending{Device: e.Device, TaskID: e.TaskID, Name: e.Name, Started: e.Started})
+		if err != nil && !errors.Is(err, store.ErrInvalid) {
+			return err
+		}
+	}
+	return os.Remove(path)
 }
 
 // stoppedSendText is what the receiver's task ends with when the sending
@@ -94,15 +71,12 @@ const (
 )
 
 // cancelStaleSends cancels, at their receivers, the sends a previous run
-// of this node left under way (sendingFile), each on its own goroutine,
+// of this node left under way (store.Sendings), each on its own goroutine,
 // retried with backoff until it is done or the receiver's idle bound has
 // passed since the send started; an entry is dropped once its task is
 // canceled or ended.
-func (n *Node) cancelStaleSends(stale []sendingEntry) {
+func (n *Node) cancelStaleSends(stale []store.Sending) {
 	for _, e := range stale {
-		n.sending.mu.Lock()
-		n.sending.live = append(n.sending.live, e) // kept until canceled
-		n.sending.mu.Unlock()
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -111,7 +85,7 @@ func (n *Node) cancelStaleSends(stale []sendingEntry) {
 	}
 }
 
-func (n *Node) cancelStaleSend(e sendingEntry) {
+func (n *Node) cancelStaleSend(e store.Sending) {
 	giveUp := e.Started.Add(DefaultTransferIdle + time.Minute)
 	pause := staleCancelFirst
 	for {
@@ -134,14 +108,12 @@ func (n *Node) cancelStaleSend(e sendingEntry) {
 		}
 		pause = min(pause*2, staleCancelMax)
 	}
-	if err := n.sending.remove(e.TaskID); err != nil {
-		n.log.Warn("cannot update the record of sends under way", "err", err)
-	}
+	n.unrecordSend(e.Device, e.TaskID)
 }
 
 // cancelAt is tasks/cancel of e's task at its device: nil once the task
 // is canceled or ended there (or the device forgot it).
-func (n *Node) cancelAt(e sendingEntry) error {
+func (n *Node) cancelAt(e store.Sending) error {
 	if n.deleg == nil || n.deleg.agents == nil {
 		return errors.New("no delegation")
 	}
@@ -164,4 +136,13 @@ func (n *Node) cancelAt(e sendingEntry) error {
 		return nil // ended (or gone) there: nothing holds it
 	}
 	return err
+}
+
+// unrecordSend drops the send of task id at device from the record.
+func (n *Node) unrecordSend(device, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), sendingTimeout)
+	defer cancel()
+	if err := n.db.DeleteSending(ctx, device, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		n.log.Warn("cannot update the record of sends under way", "task", id, "err", err)
+	}
 }

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/app/cli"
+	"meshtray/store"
 )
 
 // The lifecycle of a transfer around its bytes: the free space held from
@@ -148,16 +150,32 @@ func TestSendingNodeKilledMidTransfer(t *testing.T) {
 	if ts := incoming(t, b); len(ts) != 1 || ts[0].Peer != "ant" || ts[0].Size != 4<<30 {
 		t.Fatalf("the receiver's transfers under way: %+v", ts)
 	}
+	// The killed sender's database names the send (as another SQLite
+	// reader, beside the node once it runs again).
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(a.StateDir, store.DefaultFile)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sendings := func() (n int) {
+		if err := db.QueryRow("SELECT count(*) FROM sendings WHERE name = 'bee'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := sendings(); n != 1 {
+		t.Fatalf("%d sends under way in the killed node's database, want 1", n)
+	}
 	apptest.StartNode(t, apptest.Options{Name: "ant", Keychain: "file", StateDir: a.StateDir})
 	apptest.WaitFor(t, 60*time.Second, "the restarted sender to cancel its transfer at the receiver", func() bool {
 		return len(incoming(t, b)) == 0 && len(partials(t, b.FilesDir)) == 0
 	})
 	// The receiver ends the task before the sender reads the answer: the
 	// record goes right after.
-	apptest.WaitFor(t, 30*time.Second, "the record of sends under way to go", func() bool {
-		_, err := os.Stat(filepath.Join(a.StateDir, "sending.json"))
-		return os.IsNotExist(err)
-	})
+	apptest.WaitFor(t, 30*time.Second, "the record of sends under way to go", func() bool { return sendings() == 0 })
+	if _, err := os.Stat(filepath.Join(a.StateDir, "sending.json")); !os.IsNotExist(err) {
+		t.Fatalf("a sending.json beside the database: %v", err)
+	}
 }
 
 // TestSendFolderWithOneRefusedName: a folder holding a name the receiver

@@ -11,6 +11,8 @@
 //   - pending approvals and pairing requests (Approval);
 //   - outbound (delegated) tasks (Outbound);
 //   - peers added by hand (ManualPeer);
+//   - the file transfers this node is sending (Sending), canceled at their
+//     receivers when a node killed mid-transfer starts again;
 //   - the audit trail: an append-only, hash-chained record of every
 //     decision (Entry, Append, Query, Follow, Verify).
 //

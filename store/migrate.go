@@ -144,6 +144,18 @@ DROP INDEX tasks_owner;
 ALTER TABLE peers ADD COLUMN os TEXT NOT NULL DEFAULT '';
 ALTER TABLE peers ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
 `},
+	// A row per file transfer this node is sending, from the moment the
+	// receiver's task id is known until the send ends: a node killed
+	// meanwhile cancels them at its next start.
+	{"file transfers being sent (sendings)", `
+CREATE TABLE sendings (
+	device_id TEXT NOT NULL,            -- the receiver's device ID
+	task_id   TEXT NOT NULL,            -- the receiver's task
+	name      TEXT NOT NULL DEFAULT '', -- the receiver's name, for the log
+	started   INTEGER NOT NULL,         -- Unix ns
+	PRIMARY KEY (device_id, task_id)
+) STRICT, WITHOUT ROWID;
+`},
 }
 
 // SchemaVersion is the newest schema this binary knows.
@@ -207,6 +219,7 @@ func (s *Store) loadState(ctx context.Context) error {
 		{&s.st.outbound, "SELECT count(*) FROM outbound"},
 		{&s.st.approvals, "SELECT count(*) FROM approvals"},
 		{&s.st.peers, "SELECT count(*) FROM peers"},
+		{&s.st.sendings, "SELECT count(*) FROM sendings"},
 		{&s.st.contexts, "SELECT count(*) FROM contexts"},
 		{&s.st.auditSeq, "SELECT head_seq FROM audit_chain"},
 		{&head, "SELECT head_hash FROM audit_chain"},

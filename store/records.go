@@ -360,3 +360,83 @@ func (s *Store) Peers(ctx context.Context) ([]ManualPeer, error) {
 	}
 	return out, rows.Err()
 }
+
+// Sending is one file transfer this node is sending: the receiver's task,
+// recorded from the moment its id is known until the send ends, so that a
+// node killed mid-transfer cancels it at the receiver when it starts again.
+type Sending struct {
+	Device  string // the receiver's device ID
+	TaskID  string // the receiver's task ID
+	Name    string // the receiver's name, for the log
+	Started time.Time
+}
+
+// PutSending stores sd by (Device, TaskID), insert or replace; ErrFull
+// beyond MaxSendings, ErrInvalid without a device or task ID. It is synced
+// to the disk (as a decision is, Options.Durability) before it returns:
+// a send is recorded before its upload starts.
+func (s *Store) PutSending(ctx context.Context, sd Sending) error {
+	if sd.Device == "" || sd.TaskID == "" {
+		return fmt.Errorf("%w: a send under way needs a device and a task id", ErrInvalid)
+	}
+	if err := checkText("send under way", sd.Device, sd.TaskID, sd.Name); err != nil {
+		return err
+	}
+	if sd.Started.IsZero() {
+		sd.Started = s.now()
+	}
+	return s.write(ctx, true, func(b *batch) error {
+		var n int
+		if err := b.queryRow("SELECT count(*) FROM sendings WHERE device_id = ? AND task_id = ?",
+			sd.Device, sd.TaskID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if b.st.sendings >= s.opts.MaxSendings {
+				return fmt.Errorf("%w: %d sends under way", ErrFull, b.st.sendings)
+			}
+			b.st.sendings++
+		}
+		_, err := b.exec(`INSERT INTO sendings (device_id, task_id, name, started) VALUES (?, ?, ?, ?)
+			ON CONFLICT (device_id, task_id) DO UPDATE SET name = excluded.name, started = excluded.started`,
+			sd.Device, sd.TaskID, sd.Name, ns(sd.Started))
+		return err
+	})
+}
+
+// DeleteSending removes the send of task taskID at device (ErrNotFound
+// when none). It is committed, not synced: a removal a power loss undoes
+// only makes the next start cancel a task that has already ended.
+func (s *Store) DeleteSending(ctx context.Context, device, taskID string) error {
+	return s.write(ctx, false, func(b *batch) error {
+		res, err := b.exec("DELETE FROM sendings WHERE device_id = ? AND task_id = ?", device, taskID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: send of task %s at %s", ErrNotFound, taskID, device)
+		}
+		b.st.sendings--
+		return nil
+	})
+}
+
+// Sendings returns the sends under way, oldest first.
+func (s *Store) Sendings(ctx context.Context) ([]Sending, error) {
+	rows, err := s.query(ctx, "SELECT device_id, task_id, name, started FROM sendings ORDER BY started, device_id, task_id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sending
+	for rows.Next() {
+		var sd Sending
+		var started int64
+		if err := rows.Scan(&sd.Device, &sd.TaskID, &sd.Name, &started); err != nil {
+			return nil, err
+		}
+		sd.Started = fromNS(started)
+		out = append(out, sd)
+	}
+	return out, rows.Err()
+}

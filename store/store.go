@@ -40,6 +40,7 @@ const (
 	DefaultMaxOutbound          = 128
 	DefaultMaxOutboundBytes     = 5 << 18 // 1 MiB of parts, +25 %
 	DefaultMaxPeers             = 256
+	DefaultMaxSendings          = 256
 	DefaultAuditMaxEntries      = 100_000
 	DefaultAuditMaxAge          = 365 * 24 * time.Hour
 	DefaultBusyTimeout          = 5 * time.Second
@@ -121,6 +122,9 @@ type Options struct {
 	MaxOutboundBytes int64
 	// MaxPeers bounds the peers added by hand (ErrFull beyond).
 	MaxPeers int
+	// MaxSendings bounds the file transfers recorded as being sent
+	// (ErrFull beyond).
+	MaxSendings int
 	// AuditMaxEntries and AuditMaxAge bound the audit trail: older entries
 	// are pruned (the chain stays verifiable from an anchor, see Prune).
 	// A negative AuditMaxAge keeps entries of any age.
@@ -227,6 +231,7 @@ type writerState struct {
 	outbound   int
 	approvals  int
 	peers      int
+	sendings   int
 	contexts   int
 	auditSeq   int64
 	auditHash  [32]byte
@@ -439,6 +444,7 @@ func setDefaults(o *Options) {
 	defInt(&o.MaxOutbound, DefaultMaxOutbound)
 	def64(&o.MaxOutboundBytes, DefaultMaxOutboundBytes)
 	defInt(&o.MaxPeers, DefaultMaxPeers)
+	defInt(&o.MaxSendings, DefaultMaxSendings)
 	defInt(&o.AuditMaxEntries, DefaultAuditMaxEntries)
 	if o.AuditMaxAge == 0 {
 		o.AuditMaxAge = DefaultAuditMaxAge
