@@ -91,8 +91,9 @@ func grantOf(t *testing.T, n *apptest.Node, name string) string {
 // starts again. Killed (a crash) once the transfer was working on its
 // disk, meshtray send ends failed (exit 10), saying in the sender's words
 // that the device restarted and to send again; stopped cleanly (an
-// update, a reboot), it ends canceled (exit 11), saying the device shut
-// down. Either way the partial file is gone from the receive folder.
+// update, a reboot) the same once it is back (the transfer does not
+// outlive the receiving process), after a line saying it restarts.
+// Either way the partial file is gone from the receive folder.
 func TestSendReceiverRestarts(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -101,7 +102,7 @@ func TestSendReceiverRestarts(t *testing.T) {
 		want string
 	}{
 		{"killed", true, 10, "failed: " + app.ReceiverRestartedText},
-		{"stopped", false, 11, "canceled: " + app.ReceiverShutDownText},
+		{"stopped", false, 10, "failed: " + app.ReceiverRestartedText},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -148,8 +149,125 @@ func TestSendReceiverRestarts(t *testing.T) {
 				strings.Contains(r.Stderr, agent.RestartedText) || strings.Contains(r.Stderr, ": node shutting down") {
 				t.Fatalf("exit %d, want %d with %q; stderr:\n%s", r.Code, c.code, c.want, r.Stderr)
 			}
+			if !c.kill && !strings.Contains(r.Stderr, app.ReceiverRestartingText) {
+				t.Errorf("no line saying the device restarts:\n%s", r.Stderr)
+			}
 			if m, _ := filepath.Glob(filepath.Join(b.FilesDir, ".*.meshtray-partial")); len(m) != 0 {
 				t.Errorf("partial files left after the restart: %v", m)
+			}
+		})
+	}
+}
+
+// fixedPortOptions are the options of a receiver "bee" that starts again
+// on the same port (its peers' pinned endpoint).
+func fixedPortOptions(t *testing.T) apptest.Options {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	return apptest.Options{Name: "bee", Keychain: "file", StateDir: t.TempDir(), Args: []string{"--port", port}}
+}
+
+// TestSendReceiverStopsAwaitingApproval: the receiving node stops cleanly
+// (SIGTERM) while its owner has not yet approved a transfer. The sender
+// says the device restarts and keeps following the task, as after a
+// kill; the receiver asks its owner again after its restart, and once
+// approved the files arrive whole and meshtray send exits 0.
+func TestSendReceiverStopsAwaitingApproval(t *testing.T) {
+	bopts := fixedPortOptions(t)
+	b := apptest.StartNode(t, bopts)
+	a := apptest.StartNode(t, apptest.Options{Name: "ant", Keychain: "file"})
+	pairNodes(t, a, b)
+	mustCLI(t, b, "a2a", "on")
+	src := filepath.Join(t.TempDir(), "Box")
+	want := map[string]string{"Box/one.txt": "first file\n", "Box/two.txt": strings.Repeat("second ", 5000)}
+	for p, body := range want {
+		writeFile(t, filepath.Join(filepath.Dir(src), p), body)
+	}
+
+	run := startCLI(t, a, "send", "bee", src, "--json")
+	first := approvalOf(t, b, app.KindFiles)
+	if err := b.Stop(); err != nil {
+		t.Fatalf("clean stop: %v", err)
+	}
+	apptest.WaitFor(t, 30*time.Second, "the sender to say the device restarts", func() bool {
+		return strings.Contains(run.err.String(), app.ReceiverRestartingText)
+	})
+	select {
+	case <-run.done:
+		r := run.wait(t, time.Second)
+		t.Fatalf("meshtray send gave up while the receiver restarted: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	case <-time.After(2 * time.Second):
+	}
+	b = apptest.StartNode(t, bopts)
+	again := approvalOf(t, b, app.KindFiles)
+	if again.ID != first.ID {
+		t.Logf("approval %s asked again as %s", first.ID, again.ID)
+	}
+	decide(t, b, again.ID, true)
+	r := run.wait(t, 2*time.Minute)
+	if r.Code != 0 {
+		t.Fatalf("send exited %d after the receiver restarted and approved:\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	var res app.SendResult
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil || res.State != "completed" || len(res.Files) != len(want) {
+		t.Fatalf("result %s (%v)", r.Stdout, err)
+	}
+	for _, f := range res.Files {
+		body, ok := want[f.Path]
+		if !ok || f.SHA256 != hexSum([]byte(body)) {
+			t.Fatalf("saved %+v; want one of %v with its hash", f, want)
+		}
+		got, err := os.ReadFile(filepath.Join(b.FilesDir, filepath.FromSlash(f.Path)))
+		if err != nil || string(got) != body {
+			t.Fatalf("%s on the receiver: %v (%d bytes, want %d)", f.Path, err, len(got), len(body))
+		}
+	}
+}
+
+// TestSendingNodeStopsMidTransfer: the sending node stops cleanly
+// (SIGTERM) during a send, awaiting approval and while the bytes flow.
+// meshtray send says the local node stopped (exit 10, as after a kill),
+// not "canceled by the caller", and the node cancels the transfer at the
+// receiver as it stops: nothing is under way there and no partial file
+// is left, long before the receiver's idle bound.
+func TestSendingNodeStopsMidTransfer(t *testing.T) {
+	for _, uploading := range []bool{false, true} {
+		name := "awaiting approval"
+		if uploading {
+			name = "uploading"
+		}
+		t.Run(name, func(t *testing.T) {
+			a, b := sendPair(t)
+			src := filepath.Join(t.TempDir(), "note.txt")
+			writeFile(t, src, "hello\n")
+			if uploading {
+				allowFiles(t, b, "ant")
+				src = sparseFile(t, 4<<30)
+			}
+			run := startCLI(t, a, "send", "bee", src)
+			if uploading {
+				apptest.WaitFor(t, 60*time.Second, "a partial file on the receiver", func() bool { return len(partials(t, b.FilesDir)) > 0 })
+			} else {
+				approvalOf(t, b, app.KindFiles)
+			}
+			if err := a.Stop(); err != nil {
+				t.Fatalf("clean stop: %v", err)
+			}
+			r := run.wait(t, 30*time.Second)
+			if r.Code != 10 || !strings.Contains(r.Stderr, "the local meshtray node stopped during the transfer") ||
+				strings.Contains(r.Stderr, "canceled by the caller") {
+				t.Fatalf("send exited %d when its node stopped, want 10 saying so:\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+			}
+			apptest.WaitFor(t, 10*time.Second, "the transfer to end at the receiver", func() bool {
+				return len(incoming(t, b)) == 0 && len(partials(t, b.FilesDir)) == 0
+			})
+			if as := pendingApprovals(t, b); len(as) != 0 {
+				t.Fatalf("the receiver still asks its owner: %+v", as)
 			}
 		})
 	}

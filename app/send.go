@@ -246,6 +246,8 @@ type sendRun struct {
 	srcs []files.Source
 	emit func(SendEvent)
 
+	recOnce sync.Once // record, once; a second caller waits for the first
+
 	mu      sync.Mutex
 	taskID  a2a.TaskID
 	task    *a2a.Task // last snapshot seen
@@ -260,22 +262,25 @@ type sendRun struct {
 }
 
 // record puts the receiver's task id in the node's record of sends under
-// way, once: a node killed before the send ends cancels it at its next
-// start (cancelStaleSends).
+// way (store.PutSending, synced), once: a node killed before the send ends
+// cancels it at its next start (cancelStaleSends). onEvent calls it before
+// it applies the event that names the task, so the row is on disk before
+// anything that event starts (the upload).
 func (s *sendRun) record(id a2a.TaskID) {
-	s.mu.Lock()
-	if s.logged || s.n.db == nil {
+	s.recOnce.Do(func() {
+		if s.n.db == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sendingTimeout)
+		defer cancel()
+		e := store.Sending{Device: s.h.PeerID, TaskID: string(id), Name: s.h.Name, Started: time.Now()}
+		if err := s.n.db.PutSending(ctx, e); err != nil {
+			s.n.log.Warn("cannot record a send under way (a kill now leaves it to the receiver's idle bound)", "task", id, "err", err)
+		}
+		s.mu.Lock()
+		s.logged = true
 		s.mu.Unlock()
-		return
-	}
-	s.logged = true
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), sendingTimeout)
-	defer cancel()
-	e := store.Sending{Device: s.h.PeerID, TaskID: string(id), Name: s.h.Name, Started: time.Now()}
-	if err := s.n.db.PutSending(ctx, e); err != nil {
-		s.n.log.Warn("cannot record a send under way (a kill now leaves it to the receiver's idle bound)", "task", id, "err", err)
-	}
+	})
 }
 
 // unrecord drops the send from the record once it is over.
@@ -396,20 +401,35 @@ func (s *sendRun) abandon(cause error) (SendResult, error) {
 	s.mu.Lock()
 	id := s.taskID
 	s.mu.Unlock()
+	// This node stops (a clean stop: SendFiles' request context is the
+	// node's): the transfer failed here, as when the node is killed (the
+	// CLI's ErrNodeLost), not "canceled by the caller" as the receiver
+	// answers the cancel.
+	nodeStops := s.n.ctx != nil && s.n.ctx.Err() != nil
 	if id != "" && !s.isEnded() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if t, err := s.sess.Cancel(ctx, id); err == nil && t != nil {
+		if t, err := s.sess.Cancel(ctx, id); err == nil && t != nil && !nodeStops {
 			s.onEvent(t)
+		} else if err != nil {
+			s.n.log.Warn("files: cannot cancel the transfer at the receiver; it ends it after its idle bound", "task", id, "err", err)
 		}
 		cancel()
 	}
 	res := s.outcome()
-	if res.State == "" || !a2a.TaskState(res.State).Terminal() {
+	switch {
+	case nodeStops:
+		res.State, res.Message = string(a2a.TaskStateFailed), SenderStoppedText
+	case res.State == "" || !a2a.TaskState(res.State).Terminal():
 		res.State = string(a2a.TaskStateCanceled)
 		res.Message = "stopped: " + cause.Error()
 	}
 	return res, cause
 }
+
+// SenderStoppedText is the outcome of a send whose own node stopped
+// cleanly during the transfer (it cancels the transfer at the receiving
+// device as it stops).
+const SenderStoppedText = "the local meshtray node stopped during the transfer and canceled it at the receiving device, which removes what it had received: start the node and run meshtray send again (it starts over)"
 
 // follow polls the task until done() or it ends, through short losses of
 // contact (a cut connection resumes); ctx bounds it.
@@ -454,17 +474,23 @@ func (s *sendRun) isEnded() bool {
 // change; working with a status message means the receiver began the
 // transfer (files/doc.go); a terminal state carries the result artifact.
 func (s *sendRun) onEvent(ev a2a.Event) {
-	var st *a2a.TaskStatus
+	// The first event naming the task records it before it is applied:
+	// the event may be the one that lets the upload start (s.ready).
+	var first a2a.TaskID
+	switch v := ev.(type) {
+	case *a2a.Task:
+		first = v.ID
+	case *a2a.TaskStatusUpdateEvent:
+		first = v.TaskID
+	}
 	s.mu.Lock()
-	hadID := s.taskID != ""
-	defer func() {
-		s.mu.Lock()
-		id := s.taskID
+	if first != "" && (s.taskID == "" || s.taskID == first) {
+		s.taskID = first
 		s.mu.Unlock()
-		if !hadID && id != "" {
-			s.record(id)
-		}
-	}()
+		s.record(first)
+		s.mu.Lock()
+	}
+	var st *a2a.TaskStatus
 	switch v := ev.(type) {
 	case *a2a.Task:
 		if s.taskID == "" {
@@ -507,23 +533,25 @@ func (s *sendRun) onEvent(ev a2a.Event) {
 	}
 }
 
-// receiverStopping ends the send when the receiver says it stops with its
-// tasks kept (delegate.AgentRestarting: a clean stop, for an update or a
-// reboot; its stream ends with that error, not a final state). A transfer
-// does not outlive the receiving process (after its restart the task ends
-// failed and the partial files go), so the sender stops now: canceled,
-// ReceiverShutDownText.
+// receiverStopping says that the receiver stops with its tasks kept
+// (delegate.AgentRestarting: a clean stop, for an update or a reboot; its
+// stream ends with that error, not a final state). The send goes on as
+// after a crash of the receiver: run follows the task (tasks/get, retried
+// with backoff) until the receiver is back, where a transfer waiting for
+// its owner's approval is asked again and one that was uploading ends
+// failed (its partial files removed: ReceiverRestartedText).
 func (s *sendRun) receiverStopping() {
 	s.mu.Lock()
 	if s.ended || s.taskID == "" {
 		s.mu.Unlock()
 		return
 	}
-	s.state, s.status = a2a.TaskStateCanceled, ReceiverShutDownText
-	s.ended = true
-	close(s.final)
+	state := s.state
+	// The next snapshot (once the receiver is back) differs from this
+	// line, so it is said again.
+	s.status = ReceiverRestartingText
 	s.mu.Unlock()
-	s.emit(SendEvent{Type: SendEventState, State: string(a2a.TaskStateCanceled), Message: ReceiverShutDownText})
+	s.emit(SendEvent{Type: SendEventState, State: string(state), Message: ReceiverRestartingText})
 }
 
 // takeArtifactLocked reads the result artifact (a DataPart holding a
@@ -564,6 +592,11 @@ func statusText(state a2a.TaskState, m *a2a.Message) string {
 	}
 	return truncate(text, 1024)
 }
+
+// ReceiverRestartingText is what a sender reads while the receiving
+// device restarts (a clean stop: it keeps the transfer): the send waits
+// for it to be back.
+const ReceiverRestartingText = "the receiving device is restarting: waiting for it to be back"
 
 // ReceiverRestartedText is what a sender reads when the receiving node
 // restarted during the transfer (a crash, a kill): the receiver's task
