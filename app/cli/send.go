@@ -110,9 +110,10 @@ arrive).
 }
 
 const sendExitHelp = `Exit codes: 0 every file saved; 10 failed, after the transfer began (the
-device restarted, a file changed while it was sent, the device's disk filled
-up meanwhile, the connection or this device's node was lost for good);
-11 canceled (Ctrl-C, the device shut down, or its owner canceled it);
+device restarted while the bytes flowed, a file changed while it was sent,
+the device's disk filled up meanwhile, the connection was lost for good, or
+this device's node stopped or was lost); 11 canceled (Ctrl-C, or the
+device's owner canceled it);
 12 rejected, before any byte was sent (the owner or a policy of the device
 refused, or the device cannot take the files: its limits, or its free space
 counting the transfers it has already admitted); 1 when nothing could be
