@@ -234,7 +234,8 @@ func TestSendReceiverStopsAwaitingApproval(t *testing.T) {
 // meshtray send says the local node stopped (exit 10, as after a kill),
 // not "canceled by the caller", and the node cancels the transfer at the
 // receiver as it stops: nothing is under way there and no partial file
-// is left, long before the receiver's idle bound.
+// is left, long before the receiver's idle bound, and its database names
+// no send under way.
 func TestSendingNodeStopsMidTransfer(t *testing.T) {
 	for _, uploading := range []bool{false, true} {
 		name := "awaiting approval"
@@ -268,6 +269,16 @@ func TestSendingNodeStopsMidTransfer(t *testing.T) {
 			})
 			if as := pendingApprovals(t, b); len(as) != 0 {
 				t.Fatalf("the receiver still asks its owner: %+v", as)
+			}
+			// Canceled as it stopped: nothing left for the next start.
+			db, err := sql.Open("sqlite", "file:"+filepath.Join(a.StateDir, store.DefaultFile)+"?mode=ro")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var n int
+			if err := db.QueryRow("SELECT count(*) FROM sendings").Scan(&n); err != nil || n != 0 {
+				t.Fatalf("%d sends under way in the stopped node's database (%v), want 0", n, err)
 			}
 		})
 	}

@@ -411,7 +411,7 @@ func (s *sendRun) abandon(cause error) (SendResult, error) {
 		if t, err := s.sess.Cancel(ctx, id); err == nil && t != nil && !nodeStops {
 			s.onEvent(t)
 		} else if err != nil {
-			s.n.log.Warn("files: cannot cancel the transfer at the receiver; it ends it after its idle bound", "task", id, "err", err)
+			s.n.log.Info("files: cannot cancel the transfer at the receiver (unless it ended there, the receiver ends it after its idle bound)", "task", id, "err", err)
 		}
 		cancel()
 	}
