@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/dustin/go-humanize"
 
+	"meshtray/files"
 	"meshtray/store"
 )
 
@@ -136,6 +137,7 @@ type FilesConfig struct {
 	// download folder + "/meshtray".
 	Dir string `toml:"dir" json:"dir"`
 	// MaxFileSize bounds one file (default files.DefaultMaxFileSize, 16 GiB).
+	// The three caps must be positive (Validate); Defaults sets them.
 	MaxFileSize ByteSize `toml:"max_file_size" json:"max_file_size"`
 	// MaxTransferSize bounds all files of one transfer (default
 	// files.DefaultMaxTransferSize, 64 GiB).
@@ -144,7 +146,8 @@ type FilesConfig struct {
 	// files.DefaultMaxFiles, 1000).
 	MaxFiles int `toml:"max_files" json:"max_files"`
 	// KeepFree is the free space a transfer must leave on the folder's disk
-	// (default files.DefaultKeepFree, 256 MiB).
+	// (default files.DefaultKeepFree, 256 MiB, set by Defaults); 0 keeps
+	// nothing free.
 	KeepFree ByteSize `toml:"keep_free" json:"keep_free"`
 }
 
@@ -249,6 +252,8 @@ func Defaults() Config {
 		A2A:             A2AConfig{MaxTasks: 512, MaxLivePerGrant: 16},
 		Audit:           AuditConfig{MaxEntries: store.DefaultAuditMaxEntries, MaxAge: Duration{store.DefaultAuditMaxAge}},
 		Database:        DatabaseConfig{Sync: store.DurableNormal.String()},
+		Files: FilesConfig{MaxFileSize: files.DefaultMaxFileSize, MaxTransferSize: files.DefaultMaxTransferSize,
+			MaxFiles: files.DefaultMaxFiles, KeepFree: files.DefaultKeepFree},
 	}
 }
 
@@ -336,8 +341,21 @@ func (c *Config) Validate() error {
 	if c.A2A.MaxTasks <= 0 || c.A2A.MaxLivePerGrant <= 0 {
 		errs = append(errs, errors.New("a2a.max_tasks and a2a.max_live_per_grant must be positive"))
 	}
-	if c.Files.MaxFileSize < 0 || c.Files.MaxTransferSize < 0 || c.Files.MaxFiles < 0 || c.Files.KeepFree < 0 {
-		errs = append(errs, errors.New("files: sizes and max_files must not be negative"))
+	for _, lim := range []struct {
+		key string
+		v   int64
+		def string
+	}{
+		{"max_file_size", int64(c.Files.MaxFileSize), humanize.IBytes(files.DefaultMaxFileSize)},
+		{"max_transfer_size", int64(c.Files.MaxTransferSize), humanize.IBytes(files.DefaultMaxTransferSize)},
+		{"max_files", int64(c.Files.MaxFiles), fmt.Sprint(files.DefaultMaxFiles)},
+	} {
+		if lim.v <= 0 {
+			errs = append(errs, fmt.Errorf("files.%s is %d: a cap of 0 would refuse every transfer; leave it out for the default (%s)", lim.key, lim.v, lim.def))
+		}
+	}
+	if c.Files.KeepFree < 0 {
+		errs = append(errs, errors.New("files.keep_free must not be negative (0 keeps nothing free)"))
 	}
 	if c.Files.Dir != "" && !filepath.IsAbs(c.Files.Dir) {
 		errs = append(errs, fmt.Errorf("files.dir %q must be an absolute path", c.Files.Dir))

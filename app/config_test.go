@@ -2,11 +2,14 @@ package app
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"meshtray/files"
 )
 
 func TestLoadConfigFile(t *testing.T) {
@@ -155,5 +158,60 @@ func TestSettingsPersist(t *testing.T) {
 	}
 	if s := st2.Get(); !s.A2AEnabled || !s.LAN {
 		t.Fatalf("reloaded settings = %+v", s)
+	}
+}
+
+// TestFilesZeroes: keep_free = "0" keeps nothing free (files.Limits gets a
+// real 0, not its 256 MiB default); a cap of 0 is refused by name; keys
+// left out take the files defaults.
+func TestFilesZeroes(t *testing.T) {
+	t.Parallel()
+	load := func(t *testing.T, body string) (Config, error) {
+		t.Helper()
+		c := Defaults()
+		c.StateDir = t.TempDir()
+		if err := os.WriteFile(filepath.Join(c.StateDir, "config.toml"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadConfigFile(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c, c.Validate()
+	}
+	limits := func(t *testing.T, c Config) files.Limits {
+		t.Helper()
+		n := &Node{cfg: c, log: slog.New(slog.DiscardHandler)}
+		n.cfg.Files.Dir = t.TempDir()
+		n.startFiles()
+		r, err := n.recv.receiver()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r.Limits()
+	}
+	c, err := load(t, "[files]\nkeep_free = \"0\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := limits(t, c); l.KeepFree != 0 || l.MaxFileSize != files.DefaultMaxFileSize || l.MaxFiles != files.DefaultMaxFiles {
+		t.Errorf(`keep_free = "0": receiver limits %+v, want KeepFree 0 and the default caps`, l)
+	}
+	c, err = load(t, "[files]\nmax_files = 7\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := limits(t, c); l.KeepFree != files.DefaultKeepFree || l.MaxFiles != 7 {
+		t.Errorf("keep_free left out: receiver limits %+v, want KeepFree %d", l, files.DefaultKeepFree)
+	}
+	for _, key := range []string{"max_file_size", "max_transfer_size", "max_files"} {
+		val := `"0"`
+		if key == "max_files" {
+			val = "0"
+		}
+		_, err := load(t, "[files]\n"+key+" = "+val+"\n")
+		if err == nil || !strings.Contains(err.Error(), "files."+key+" is 0") || !strings.Contains(err.Error(), "leave it out for the default") {
+			t.Errorf("%s = 0: Validate() = %v, want it refused by name", key, err)
+		}
 	}
 }

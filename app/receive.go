@@ -69,6 +69,17 @@ type liveTransfer struct {
 	moved   atomic.Int64 // unix nanoseconds of the last progress
 }
 
+// keepFree is files.Limits.KeepFree for the configured keep_free: the
+// config's 0 is a real 0 (keep nothing free; its default is set by
+// Defaults), which files.Limits spells as a negative value (its 0 is "the
+// default").
+func keepFree(b ByteSize) int64 {
+	if b == 0 {
+		return -1
+	}
+	return int64(b)
+}
+
 // startFiles sets up the receive folder (files.dir, default
 // files.DefaultDir) with the configured caps. A folder that exists is
 // opened now, which removes the partial files a previous run left; one
@@ -80,7 +91,7 @@ func (n *Node) startFiles() {
 		MaxFileSize:     int64(fc.MaxFileSize),
 		MaxTransferSize: int64(fc.MaxTransferSize),
 		MaxFiles:        fc.MaxFiles,
-		KeepFree:        int64(fc.KeepFree),
+		KeepFree:        keepFree(fc.KeepFree),
 	}}
 	n.recv = rv
 	rv.dir = fc.Dir
