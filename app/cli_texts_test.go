@@ -93,3 +93,18 @@ func TestTextsWhenSomethingIsGone(t *testing.T) {
 	}
 	jargon("audit --follow", r.Stderr)
 }
+
+// TestCancelUnknownID: cancel with an id nothing has names both kinds of
+// id it takes and where to find them, without the outbound store's
+// "a2a:" prefix; the exit code stays 1.
+func TestCancelUnknownID(t *testing.T) {
+	n := ptStart(t, "solo")
+	r := n.CLI("cancel", "nonexistent")
+	want := `no outbound task or incoming transfer has the id nonexistent (see meshtray outbound and meshtray status)`
+	if !strings.Contains(r.Stderr, want) || strings.Contains(r.Stderr, "a2a:") {
+		t.Errorf("cancel nonexistent: exit %d, stderr %q, want %q", r.Code, r.Stderr, want)
+	}
+	if r.Code != cli.ExitError {
+		t.Errorf("cancel nonexistent: exit %d, want %d", r.Code, cli.ExitError)
+	}
+}

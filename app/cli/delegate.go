@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -183,7 +184,13 @@ partial files removed and the free space it held released.`,
 				return err
 			}
 			return show(c, cmd, func(cl *app.Client, ctx context.Context) (delegate.OutboundTask, error) {
-				return cl.Cancel(ctx, args[0])
+				t, err := cl.Cancel(ctx, args[0])
+				if ae, ok := errors.AsType[*app.APIError](err); ok && ae.Status == http.StatusNotFound {
+					// cancel takes both kinds of id: say so, not the outbound
+					// store's own "a2a: no such outbound task".
+					err = &app.APIError{Status: ae.Status, Message: fmt.Sprintf("no outbound task or incoming transfer has the id %s (see meshtray outbound and meshtray status)", shellWord(args[0]))}
+				}
+				return t, err
 			}, func(t delegate.OutboundTask) error {
 				fmt.Fprintf(c.opts.Stdout, "task %s at %s: %s\n", t.ID, oneLine(t.AgentName, 64), t.State)
 				return nil
