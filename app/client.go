@@ -71,6 +71,7 @@ func otherUser(stateDir, path string) *OtherUserError {
 type APIError struct {
 	Status  int
 	Message string
+	body    []byte // the JSON body (at most 64 KiB), for the calls whose errors carry more
 }
 
 func (e *APIError) Error() string { return e.Message }
@@ -228,7 +229,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any, accept s
 				e.Error = resp.Status
 			}
 		}
-		return nil, &APIError{Status: resp.StatusCode, Message: e.Error}
+		return nil, &APIError{Status: resp.StatusCode, Message: e.Error, body: b}
 	}
 	return resp, nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"meshtray/a2a/delegate"
+	"meshtray/files"
 	"meshtray/mesh"
 	"meshtray/nodes"
 )
@@ -395,14 +396,27 @@ var ErrNodeLost = errors.New("the local meshtray node stopped during the transfe
 // paths (absolute; the node reads them) to the paired device named device
 // (its name, or its short or full device ID), followed to the end. onEvent
 // (may be nil) gets every state and progress line; the result line is
-// returned. An error is a refusal before anything was sent (*APIError:
-// 404 no such device, 400 a path that cannot be read, 409 a device reached
+// returned. An error is a refusal before anything was sent
+// (*NothingToSendError: no file left to send, with what was left out;
+// *APIError: 404 no such device, 400 a path that cannot be read, 409 a device reached
 // only through its browser page, 502 the device unreachable), or
 // ErrNodeLost when the stream is cut before its result; a transfer that ended otherwise than
 // completed is a SendResult with that State and no error.
 func (c *Client) SendFiles(ctx context.Context, device string, paths []string, onEvent func(SendEvent)) (SendResult, error) {
 	s, err := openStream[SendEvent](ctx, c, http.MethodPost, "/files/send", SendRequest{Device: device, Paths: paths})
 	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			var nothing NothingToSendError
+			var body struct {
+				Skipped *files.NotSent `json:"skipped"`
+				Refused *files.NotSent `json:"refused"`
+			}
+			if json.Unmarshal(ae.body, &body) == nil && (body.Skipped != nil || body.Refused != nil) {
+				nothing.Msg, nothing.Skipped, nothing.Refused = ae.Message, body.Skipped, body.Refused
+				return SendResult{}, &nothing
+			}
+		}
 		return SendResult{}, err
 	}
 	defer s.Close()

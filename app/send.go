@@ -19,6 +19,7 @@ import (
 	"meshtray/jsonout"
 	"meshtray/pairing"
 	"meshtray/store"
+	"meshtray/textsafe"
 )
 
 // Sending files to a paired device: one A2A task on the receiver
@@ -65,6 +66,18 @@ func (n *Node) sendRoutes(mux *http.ServeMux) {
 			done = ev.Type == SendEventResult
 		}
 		res, err := n.SendFiles(r.Context(), req, emit)
+		var nothing *NothingToSendError
+		if errors.As(err, &nothing) && stream == nil {
+			body := map[string]any{"error": nothing.Msg}
+			if nothing.Skipped != nil {
+				body["skipped"] = nothing.Skipped
+			}
+			if nothing.Refused != nil {
+				body["refused"] = nothing.Refused
+			}
+			jsonout.Write(w, http.StatusBadRequest, body)
+			return
+		}
 		if err != nil && stream == nil {
 			writeError(w, sendStatus(err), err)
 			return
@@ -143,13 +156,13 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 		return SendResult{}, badRequest("%v", err)
 	}
 	if len(srcs) == 0 {
-		return SendResult{}, badRequest("nothing to send: the folders hold no regular files")
+		return SendResult{}, nothingToSend("the folders hold no regular files", skipped, files.NotSent{})
 	}
 	var refused files.NotSent
 	if h != nil {
 		// A name the device would refuse holds back only its file.
 		if srcs, refused = refuseNames(srcs); refused.Count > 0 && len(srcs) == 0 {
-			return SendResult{}, badRequest("nothing to send: the device would refuse every name (%s)", refusedList(refused))
+			return SendResult{}, nothingToSend("the device would refuse every name: "+refusedList(refused), skipped, refused)
 		}
 		if refused.Count > 0 {
 			emit(SendEvent{Type: SendEventRefused, Refused: &refused})
@@ -168,7 +181,46 @@ func (n *Node) SendFiles(ctx context.Context, req SendRequest, emit func(SendEve
 	return res, err
 }
 
-// refusedList is the refused files as one line: "a\\b (backslash), …".
+// NothingToSendError is SendFiles' refusal when no file is left to send:
+// Msg says why; Skipped (links, special files of the folders) and Refused
+// (names the device would refuse) are what was left out, nil when empty,
+// as a SendResult has them. POST /files/send answers it 400 with both
+// beside "error": {"error":"...","skipped":{...},"refused":{...}}.
+type NothingToSendError struct {
+	Msg              string
+	Skipped, Refused *files.NotSent
+}
+
+func (e *NothingToSendError) Error() string { return e.Msg }
+
+// Unwrap makes it a bad request (statusFor: 400).
+func (e *NothingToSendError) Unwrap() error { return &badRequestError{errors.New(e.Msg)} }
+
+// nothingToSend is the NothingToSendError for why, naming the skipped
+// entries too (they are why a folder of links sends nothing).
+func nothingToSend(why string, skipped, refused files.NotSent) *NothingToSendError {
+	e := &NothingToSendError{Msg: "nothing to send: " + why}
+	if skipped.Count > 0 {
+		e.Skipped = &skipped
+		e.Msg += fmt.Sprintf("; %d %s of the folders skipped (links and special files are not sent)", skipped.Count, plural(skipped.Count, "entry", "entries"))
+	}
+	if refused.Count > 0 {
+		e.Refused = &refused
+	}
+	return e
+}
+
+// plural is one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// refusedList is the refused files as one line: "a\b.txt (backslash), …",
+// each path as it is (invisible runes escaped by textsafe, nothing else:
+// the JSON or terminal that shows it escapes what it must).
 func refusedList(r files.NotSent) string {
 	var b strings.Builder
 	for i, e := range r.Entries {
@@ -179,7 +231,7 @@ func refusedList(r files.NotSent) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%q: %s", e.Path, e.Why)
+		fmt.Fprintf(&b, "%s (%s)", textsafe.EscapeInvisible(e.Path), e.Why)
 	}
 	return b.String()
 }

@@ -17,6 +17,7 @@ import (
 	"meshtray/app"
 	"meshtray/app/apptest"
 	"meshtray/app/cli"
+	"meshtray/files"
 	"meshtray/store"
 )
 
@@ -211,6 +212,38 @@ func TestSendFolderWithOneRefusedName(t *testing.T) {
 	}
 	if r.Code != 1 || json.Unmarshal([]byte(r.Stdout), &je) != nil || je.ExitCode != 1 || !strings.Contains(je.Error, "nosuchdevice") {
 		t.Fatalf("send to no device --json: exit %d, stdout %q", r.Code, r.Stdout)
+	}
+
+	// Every name refused, and a link: nothing is sent, and the error says
+	// what was left out in both outputs, each path escaped once.
+	only := filepath.Join(t.TempDir(), "dir2")
+	writeFile(t, filepath.Join(only, `x\y.txt`), "odd\n")
+	if err := os.Symlink("x", filepath.Join(only, "link")); err != nil {
+		t.Fatal(err)
+	}
+	r = a.CLI("send", "bee", only, "--json")
+	var none struct {
+		Error    string         `json:"error"`
+		ExitCode int            `json:"exit_code"`
+		Skipped  *files.NotSent `json:"skipped"`
+		Refused  *files.NotSent `json:"refused"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &none); err != nil || r.Code != 1 || none.ExitCode != 1 {
+		t.Fatalf("all refused --json: exit %d, %v, stdout %q", r.Code, err, r.Stdout)
+	}
+	if none.Refused == nil || none.Refused.Count != 1 || none.Refused.Entries[0].Path != `dir2/x\y.txt` ||
+		none.Skipped == nil || none.Skipped.Count != 1 || none.Skipped.Entries[0].Path != "dir2/link" {
+		t.Fatalf("all refused --json: refused %+v, skipped %+v", none.Refused, none.Skipped)
+	}
+	if !strings.Contains(none.Error, `dir2/x\y.txt ("\" is not a separator here)`) || !strings.Contains(none.Error, "1 entry of the folders skipped") {
+		t.Fatalf("all refused --json: error %q", none.Error)
+	}
+	r = a.CLI("send", "bee", only)
+	for _, want := range []string{"skipped 1 entry of the folders", "  dir2/link (symbolic link)",
+		"not sending 1 file whose name the device would refuse:\n  dir2/x\\y.txt (", `meshtray: nothing to send: the device would refuse every name: dir2/x\y.txt ("\" is not a separator here); 1 entry`} {
+		if r.Code != 1 || !strings.Contains(r.Stderr, want) {
+			t.Errorf("all refused: exit %d, stderr does not say %q:\n%s", r.Code, want, r.Stderr)
+		}
 	}
 }
 

@@ -41,12 +41,13 @@ Progress goes to stderr: a bar for each file under way and one for the whole
 transfer on a terminal, one line per file otherwise. At the end the saved
 files are printed (stdout): path on the device, size, SHA-256. --json prints
 the result object instead ({"task_id", "state", "message", "dir", "files",
-and "skipped": {"count", "entries": [{"path", "type"}]} when entries were
-skipped, "refused": {"count", "entries": [{"path", "reason"}]} when files
+and "skipped": {"count", "entries": [{"path", "why"}]} when entries were
+skipped, "refused": {"count", "entries": [{"path", "why"}]} when files
 were not sent for their names). A file whose name the device would refuse
 (files.CleanPath: "..", a backslash or colon, control characters) is not
 sent and named on stderr first; the others are (exit 0 when they all
-arrive).
+arrive). When nothing is left to send, exit 1; --json prints {"error",
+"exit_code", "skipped", "refused"}.
 
 ` + sendExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -91,6 +92,30 @@ arrive).
 					}
 				}
 				return &exitError{code: ExitTaskFailed, msg: nodeLostText}
+			}
+			var nothing *app.NothingToSendError
+			if errors.As(err, &nothing) {
+				// What was left out, as a send that goes ahead shows it:
+				// listed on stderr, and beside the error in --json.
+				if nothing.Skipped != nil {
+					pr.event(app.SendEvent{Type: app.SendEventSkipped, Skipped: nothing.Skipped})
+				}
+				if nothing.Refused != nil {
+					printRefused(c.opts.Stderr, *nothing.Refused, false)
+				}
+				if c.asJSON {
+					out := map[string]any{"error": nothing.Msg, "exit_code": ExitError}
+					if nothing.Skipped != nil {
+						out["skipped"] = nothing.Skipped
+					}
+					if nothing.Refused != nil {
+						out["refused"] = nothing.Refused
+					}
+					if err := c.printJSON(out); err != nil {
+						return err
+					}
+				}
+				return &exitError{code: ExitError, msg: nothing.Msg}
 			}
 			if err != nil {
 				return err
@@ -148,13 +173,18 @@ func sendExit(res app.SendResult, said string) error {
 // refusedShown bounds the refused files listed on stderr.
 const refusedShown = 20
 
-// printRefused lists the files not sent for their names, one a line.
-func printRefused(w io.Writer, r files.NotSent) {
+// printRefused lists the files not sent for their names, one a line;
+// others says files are sent all the same.
+func printRefused(w io.Writer, r files.NotSent, others bool) {
 	noun := "files"
 	if r.Count == 1 {
 		noun = "file"
 	}
-	fmt.Fprintf(w, "not sending %d %s whose name the device would refuse (the others are sent):\n", r.Count, noun)
+	rest := ""
+	if others {
+		rest = " (the others are sent)"
+	}
+	fmt.Fprintf(w, "not sending %d %s whose name the device would refuse%s:\n", r.Count, noun, rest)
 	printNotSent(w, r, refusedShown)
 }
 
@@ -255,7 +285,7 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 	case app.SendEventRefused:
 		if ev.Refused != nil && ev.Refused.Count > 0 {
 			p.clearLocked()
-			printRefused(p.w, *ev.Refused)
+			printRefused(p.w, *ev.Refused, true)
 			p.drawLocked(true)
 		}
 	case app.SendEventState:
