@@ -139,6 +139,15 @@ func TestPairedPeerAlwaysListed(t *testing.T) {
 	b := ptStart(t, "laptop")
 	ptPairByCLI(t, a, b, "agent", "agent")
 	idA := ptIdentity(t, a)
+	// status counts the peers table's online rows: desk answers at its
+	// pairing address though no discovery source sees it (before: 0).
+	var st app.Status
+	if ptJSON(t, b, &st, "status"); st.OnlinePeers != 1 {
+		t.Errorf("status before peers: online_peers %d, want 1 (desk, via pairing)", st.OnlinePeers)
+	}
+	if out := ptCLI(t, b, "status").Stdout; !regexp.MustCompile(`(?m)^peers\s+1 online$`).MatchString(out) {
+		t.Errorf("status:\n%s", out)
+	}
 	row := func(what string) mesh.Peer {
 		t.Helper()
 		var ps []mesh.Peer
@@ -176,5 +185,8 @@ func TestPairedPeerAlwaysListed(t *testing.T) {
 	}
 	if out := ptCLI(t, b, "peers").Stdout; !strings.Contains(out, "desk") || strings.Contains(out, "0001-01-01") {
 		t.Errorf("peers table:\n%s", out)
+	}
+	if ptJSON(t, b, &st, "status"); st.OnlinePeers != 0 {
+		t.Errorf("status, desk stopped: online_peers %d, want 0", st.OnlinePeers)
 	}
 }

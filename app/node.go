@@ -713,7 +713,7 @@ func (n *Node) LocalClient() *Client {
 func (n *Node) Status() Status {
 	pend := len(n.approvals.List())
 	online := 0
-	for _, p := range n.disc.Table().Snapshot() {
+	for _, p := range n.Peers() { // the table `meshtray peers` shows, paired devices reached by their card included
 		if p.Online {
 			online++
 		}

@@ -1,9 +1,10 @@
 package cli
 
 import (
-	"github.com/dustin/go-humanize"
-
+	"context"
 	"fmt"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,16 @@ func (c *cli) statusCommand() *cobra.Command {
 		Short: "Show the running node: name, OS, A2A, listeners, control socket, approvals",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return show(c, cmd, (*app.Client).Status, func(st app.Status) error {
+			status := func(cl *app.Client, ctx context.Context) (app.Status, error) {
+				// GET /mesh/peers checks the paired devices' cards first (as
+				// `meshtray peers` does), so "peers N online" counts the
+				// rows that table shows online.
+				if _, err := cl.Peers(ctx); err != nil {
+					return app.Status{}, err
+				}
+				return cl.Status(ctx)
+			}
+			return show(c, cmd, status, func(st app.Status) error {
 				w := c.table()
 				fmt.Fprintf(w, "device\t%s — %s\n", st.Name, st.OS)
 				fmt.Fprintf(w, "id\t%s\n", st.DeviceID)
