@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -66,7 +65,6 @@ type liveTransfer struct {
 	peer    string
 	tr      *files.Transfer
 	started time.Time
-	moved   atomic.Int64 // unix nanoseconds of the last progress
 }
 
 // keepFree is files.Limits.KeepFree for the configured keep_free: the
@@ -417,9 +415,7 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 		return
 	}
 	defer recv.Forget(id)
-	now := time.Now()
-	lt := &liveTransfer{tr: tr, started: now.UTC()}
-	lt.moved.Store(now.UnixNano())
+	lt := &liveTransfer{tr: tr, started: time.Now().UTC()}
 	if caller != nil {
 		lt.peer = caller.Grant.Name
 	}
@@ -450,7 +446,7 @@ func (n *Node) receiveFiles(ctx context.Context, ex *agent.Execution, in *incomi
 	// absolute path (dirFor).
 	dir := dirFor(caller, recv.Dir())
 	ex.Working(fmt.Sprintf("receiving %s (%s) into %s", fileCount(len(m.Files)), humanize.IBytes(uint64(m.Total())), dir))
-	res, err := n.waitTransfer(ctx, tr, lt)
+	res, err := n.waitTransfer(ctx, tr)
 	if ctx.Err() != nil {
 		tr.Cancel()
 		return // the engine ends the task canceled
@@ -502,9 +498,9 @@ type IncomingTransfer struct {
 	Peer     string    `json:"peer"`
 	Files    int       `json:"files"`
 	Size     int64     `json:"size"`     // bytes announced
-	Received int64     `json:"received"` // bytes on disk
+	Received int64     `json:"received"` // bytes arrived so far (files.FileStatus.Arrived: written, not all fsynced yet)
 	Started  time.Time `json:"started"`
-	LastByte time.Time `json:"last_byte"` // the last progress (Started before any)
+	LastByte time.Time `json:"last_byte,omitzero"` // the last progress; zero (left out) before the first byte
 }
 
 // IncomingFiles lists the transfers under way, oldest first.
@@ -517,14 +513,13 @@ func (n *Node) IncomingFiles() []IncomingTransfer {
 	defer n.recv.mu.Unlock()
 	for id, lt := range n.recv.live {
 		st := lt.tr.Status()
-		it := IncomingTransfer{TaskID: id, Peer: lt.peer, Files: len(st.Files), Started: lt.started,
-			LastByte: time.Unix(0, lt.moved.Load()).UTC()}
+		it := IncomingTransfer{TaskID: id, Peer: lt.peer, Files: len(st.Files), Started: lt.started, LastByte: st.LastByte}
 		for _, f := range st.Files {
 			it.Size += f.Size
 			if f.Saved != nil {
 				it.Received += f.Size
 			} else {
-				it.Received += f.Offset
+				it.Received += f.Arrived
 			}
 		}
 		out = append(out, it)
@@ -555,8 +550,8 @@ func (n *Node) CancelIncoming(id string) error {
 }
 
 // waitTransfer waits for tr to end, failing it when no byte arrived for
-// the idle bound; lt (may be nil) records the progress for the owner.
-func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer, lt *liveTransfer) (files.Result, error) {
+// the idle bound.
+func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer) (files.Result, error) {
 	idle := n.recv.idle
 	tick := time.NewTicker(min(idle/4, 15*time.Second))
 	defer tick.Stop()
@@ -570,9 +565,6 @@ func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer, lt *liveTra
 		case <-tick.C:
 			if p := progressOf(tr.Status()); p != last {
 				last, moved = p, time.Now()
-				if lt != nil {
-					lt.moved.Store(moved.UnixNano())
-				}
 			} else if time.Since(moved) > idle {
 				tr.Cancel()
 				res, _ := tr.Wait(ctx)
@@ -582,11 +574,12 @@ func (n *Node) waitTransfer(ctx context.Context, tr *files.Transfer, lt *liveTra
 	}
 }
 
-// progressOf is the bytes of a transfer safely on disk.
+// progressOf is the bytes of a transfer arrived so far (a long upload
+// moves it before its PUT ends).
 func progressOf(s files.Status) int64 {
 	var n int64
 	for _, f := range s.Files {
-		n += f.Offset
+		n += f.Arrived
 		if f.Saved != nil {
 			n += f.Size + 1
 		}

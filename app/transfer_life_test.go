@@ -1,13 +1,17 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -297,4 +301,45 @@ func TestTransferTextsForTheSender(t *testing.T) {
 			t.Fatalf("artifact %s", raw)
 		}
 	})
+}
+
+// TestIncomingProgress: status shows an incoming transfer's bytes as they
+// arrive (not only once a PUT ends) and says "none yet" for the last byte
+// until one came; before, it said "last byte just now" for a transfer that
+// had received nothing.
+func TestIncomingProgress(t *testing.T) {
+	dir := t.TempDir()
+	b := apptest.StartNode(t, apptest.Options{Name: "bee", Keychain: "file", FilesDir: dir,
+		Config: fmt.Sprintf("[files]\ndir = %q\n", dir)})
+	mustCLI(t, b, "a2a", "on")
+	s := newRawSender(t, b, "ant")
+	mustCLI(t, b, "grant", "set", s.grant, "--files", "allow")
+	data := bytes.Repeat([]byte{5}, 2<<20)
+	task := s.working(s.announce(announced("big.bin", int64(len(data)), hexSum(data))).ID)
+	if ts := incoming(t, b); len(ts) != 1 || ts[0].Received != 0 || !ts[0].LastByte.IsZero() {
+		t.Fatalf("before any byte: %+v", ts)
+	}
+	if out := mustCLI(t, b, "status").Stdout; !strings.Contains(out, "0 B of 2.0 MiB, last byte none yet") {
+		t.Errorf("status before any byte:\n%s", out)
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s%s%s/0", s.https, files.Prefix, task.ID), pr)
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		req.ContentLength = int64(len(data))
+		if resp, err := s.hc.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	if _, err := pw.Write(data[:1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	apptest.WaitFor(t, 10*time.Second, "the first MiB to show", func() bool {
+		ts := incoming(t, b)
+		return len(ts) == 1 && ts[0].Received >= 512<<10 && !ts[0].LastByte.IsZero()
+	})
+	if out := mustCLI(t, b, "status").Stdout; !regexp.MustCompile(`[1-9][0-9.]* (KiB|MiB) of 2\.0 MiB, last byte just now`).MatchString(out) {
+		t.Errorf("status mid-upload:\n%s", out)
+	}
 }

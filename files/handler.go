@@ -221,6 +221,7 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 	if _, err := f.f.Seek(f.offset, io.SeekStart); err != nil {
 		return nil, h.writeFailed(t, f, err)
 	}
+	f.arrived.Store(f.offset) // what a cut PUT wrote past it is gone
 
 	rc := http.NewResponseController(w)
 	idle := h.r.limits.IdleTimeout
@@ -284,6 +285,8 @@ func (h *handler) receive(w http.ResponseWriter, req *http.Request, t *Transfer,
 				return nil, h.writeFailed(t, f, werr)
 			}
 			got += int64(m)
+			f.arrived.Store(f.offset + got)
+			t.lastByte.Store(time.Now().UnixNano())
 			out.wrote(f.offset + got)
 		}
 		pipe.submit(bp, m)

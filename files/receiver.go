@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -444,6 +445,8 @@ type Transfer struct {
 	files     []*recvFile // fixed at Begin; their mutable fields guarded by mu
 	remaining int         // files not saved yet; guarded by mu
 	err       error       // why it failed; guarded by mu
+
+	lastByte atomic.Int64 // unix nanoseconds of the last byte written, 0 before any
 }
 
 // recvFile is one file of a transfer. At most one PUT works on it at a
@@ -462,6 +465,11 @@ type recvFile struct {
 	h      hash.Hash // SHA-256 of exactly the first offset bytes
 	offset int64     // bytes written and fsynced
 	saved  *Saved
+
+	// arrived is the bytes of the file written so far: offset, and what
+	// the PUT under way has written since (not fsynced yet). Progress only;
+	// read without Transfer.mu.
+	arrived atomic.Int64
 }
 
 // FileStatus is the receiving state of one file.
@@ -469,8 +477,11 @@ type FileStatus struct {
 	Index  int    `json:"index"`
 	Path   string `json:"path"`   // as sent
 	Size   int64  `json:"size"`   // as announced
-	Offset int64  `json:"offset"` // bytes safely on disk
-	Saved  *Saved `json:"saved,omitempty"`
+	Offset int64  `json:"offset"` // bytes safely on disk (fsynced)
+	// Arrived is the bytes received so far: Offset and what the upload
+	// under way has written since (its progress).
+	Arrived int64  `json:"arrived"`
+	Saved   *Saved `json:"saved,omitempty"`
 }
 
 // Status is a transfer's state: every file, and the error if it failed.
@@ -479,6 +490,9 @@ type Status struct {
 	Files []FileStatus `json:"files"`
 	Done  bool         `json:"done"`
 	Error string       `json:"error,omitempty"`
+	// LastByte is when the last byte was written; zero (left out) before
+	// the first.
+	LastByte time.Time `json:"last_byte,omitzero"`
 }
 
 // Status returns a snapshot.
@@ -486,8 +500,11 @@ func (t *Transfer) Status() Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := Status{ID: t.ID, Files: make([]FileStatus, len(t.files))}
+	if ns := t.lastByte.Load(); ns != 0 {
+		s.LastByte = time.Unix(0, ns).UTC()
+	}
 	for i, f := range t.files {
-		s.Files[i] = FileStatus{Index: i, Path: f.entry.Path, Size: f.entry.Size, Offset: f.offset}
+		s.Files[i] = FileStatus{Index: i, Path: f.entry.Path, Size: f.entry.Size, Offset: f.offset, Arrived: max(f.arrived.Load(), f.offset)}
 		if f.saved != nil {
 			c := *f.saved
 			s.Files[i].Saved = &c

@@ -513,3 +513,58 @@ func TestProgressPaced(t *testing.T) {
 		t.Errorf("last progress %+v", last)
 	}
 }
+
+// TestStatusWhileUploading: while a PUT streams, Status counts the bytes
+// written so far (Arrived; Offset, the fsynced part, moves only when the
+// PUT ends), and LastByte stays zero until the first byte is written.
+func TestStatusWhileUploading(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, "", Limits{KeepFree: -1})
+	data := bytes.Repeat([]byte{9}, 2<<20)
+	tr, err := fx.r.Begin("up", "", Manifest{Files: []Entry{{Name: "f", Path: "f", Size: int64(len(data)), SHA256: shaOf(data)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Status(); !st.LastByte.IsZero() || st.Files[0].Arrived != 0 {
+		t.Fatalf("before any byte: last byte %v, arrived %d", st.LastByte, st.Files[0].Arrived)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, fx.srv.URL+Prefix+"up/0", pr)
+		req.ContentLength = int64(len(data))
+		resp, err := fx.client.HTTP.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	before := time.Now()
+	if _, err := pw.Write(data[:1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st = tr.Status(); st.Files[0].Arrived >= 512<<10 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if f := st.Files[0]; f.Arrived < 512<<10 || f.Arrived > 1<<20 || f.Offset != 0 {
+		t.Fatalf("1 MiB into the PUT: arrived %d, offset %d; want at least 512 KiB arrived, nothing fsynced yet", f.Arrived, f.Offset)
+	}
+	if st.LastByte.Before(before.Add(-time.Second)) {
+		t.Errorf("last byte %v, before the PUT began (%v)", st.LastByte, before)
+	}
+	if _, err := pw.Write(data[1<<20:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if code := <-done; code != http.StatusCreated {
+		t.Fatalf("PUT: %d", code)
+	}
+	if f := tr.Status().Files[0]; f.Arrived != int64(len(data)) || f.Offset != int64(len(data)) {
+		t.Errorf("saved: arrived %d, offset %d", f.Arrived, f.Offset)
+	}
+}

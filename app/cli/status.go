@@ -68,9 +68,13 @@ func (c *cli) statusCommand() *cobra.Command {
 				fmt.Fprintf(w, "approvals\t%d pending\n", st.PendingApprovals)
 				fmt.Fprintf(w, "peers\t%d online\n", st.OnlinePeers)
 				for _, it := range st.Incoming {
+					last := "none yet"
+					if !it.LastByte.IsZero() {
+						last = ago(it.LastByte)
+					}
 					fmt.Fprintf(w, "receiving\t%s from %s: %s of %s, last byte %s (meshtray cancel %s stops it)\n",
 						it.TaskID, oneLine(it.Peer, 64), humanize.IBytes(uint64(it.Received)), humanize.IBytes(uint64(it.Size)),
-						ago(it.LastByte), it.TaskID)
+						last, it.TaskID)
 				}
 				if st.LogDir != "" {
 					fmt.Fprintf(w, "logs\t%s\n", st.LogDir)
