@@ -343,3 +343,25 @@ func TestIncomingProgress(t *testing.T) {
 		t.Errorf("status mid-upload:\n%s", out)
 	}
 }
+
+// TestSendNamesShownWhole: the human output of send names each file
+// whole, a newline escaped (\u000A) rather than the rest of the name
+// dropped, and a progress line names what the device saves when
+// files.CleanPath changes the name ("CON" -> "_CON").
+func TestSendNamesShownWhole(t *testing.T) {
+	a, b := sendPair(t)
+	allowFiles(t, b, "ant")
+	src := filepath.Join(t.TempDir(), "dir3")
+	writeFile(t, filepath.Join(src, "CON"), "dev\n")
+	writeFile(t, filepath.Join(src, "trail. "), "dots\n")
+	writeFile(t, filepath.Join(src, "nl\nx.txt"), "line\n")
+	r := a.CLIWithin(time.Minute, "send", "bee", src)
+	if r.Code != 0 {
+		t.Fatalf("send: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	for _, want := range []string{`  dir3/nl\u000Ax.txt (`, "sent dir3/CON as dir3/_CON (4 B)", "sent dir3/trail.  as dir3/trail (5 B)"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.Stderr)
+		}
+	}
+}

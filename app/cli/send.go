@@ -195,7 +195,7 @@ func printNotSent(w io.Writer, ns files.NotSent, shown int) {
 		if i == shown {
 			break
 		}
-		fmt.Fprintf(w, "  %s (%s)\n", oneLine(e.Path, 200), oneLine(e.Why, 100))
+		fmt.Fprintf(w, "  %s (%s)\n", pathText(e.Path, 200), oneLine(e.Why, 100))
 	}
 	if more := ns.Count - min(len(ns.Entries), shown); more > 0 {
 		fmt.Fprintf(w, "  … and %d more\n", more)
@@ -213,7 +213,7 @@ func (c *cli) printSendResult(device string, res app.SendResult) {
 	}
 	w := c.table()
 	for _, f := range res.Files {
-		fmt.Fprintf(w, "  %s\t%s\t%s\n", oneLine(f.Path, 200), humanize.IBytes(uint64(f.Size)), f.SHA256)
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", pathText(f.Path, 200), humanize.IBytes(uint64(f.Size)), f.SHA256)
 	}
 	w.Flush()
 }
@@ -262,10 +262,20 @@ func newBar(max int64, desc string) *progressbar.ProgressBar {
 	)
 }
 
-// padDesc fits a path to descWidth columns: cut from the left ("…" in
+// savedName is the name the device saves p under (files.CleanPath:
+// "CON" -> "_CON", "trail. " -> "trail"); p itself when it keeps it (or
+// refuses it: such files are not sent).
+func savedName(p string) string {
+	if c, err := files.CleanPath(p); err == nil {
+		return c
+	}
+	return p
+}
+
+// padDesc fits a path (as the device saves it) to descWidth columns: cut from the left ("…" in
 // front), padded on the right.
 func padDesc(p string) string {
-	r := []rune(oneLine(p, 300))
+	r := []rune(pathText(savedName(p), 300))
 	if len(r) > descWidth {
 		r = append([]rune("…"), r[len(r)-descWidth+1:]...)
 	}
@@ -308,7 +318,11 @@ func (p *sendPrinter) event(ev app.SendEvent) {
 		if !p.tty {
 			if done {
 				p.finished[ev.File] = true
-				fmt.Fprintf(p.w, "sent %s (%s), %s of %s\n", oneLine(ev.Path, 200), humanize.IBytes(uint64(ev.Size)), humanize.IBytes(uint64(ev.TotalDone)), humanize.IBytes(uint64(ev.Total)))
+				name := pathText(ev.Path, 200)
+				if saved := savedName(ev.Path); saved != ev.Path {
+					name += " as " + pathText(saved, 200)
+				}
+				fmt.Fprintf(p.w, "sent %s (%s), %s of %s\n", name, humanize.IBytes(uint64(ev.Size)), humanize.IBytes(uint64(ev.TotalDone)), humanize.IBytes(uint64(ev.Total)))
 			}
 			return
 		}

@@ -57,6 +57,18 @@ func oneLine(s string, max int) string {
 	return s
 }
 
+// pathText is a file name or path from anywhere (a folder being sent, a
+// peer) as one line: every invisible rune escaped, a newline included
+// (\u000A), so the whole name shows and no two names look alike; cut to
+// max runes. oneLine, for sentences, drops what follows a newline.
+func pathText(s string, max int) string {
+	s = safeText(s, false)
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max-1]) + "…"
+	}
+	return s
+}
+
 func ago(t time.Time) string {
 	if t.IsZero() {
 		return "never"
