@@ -245,9 +245,12 @@ func TestCLINotRunning(t *testing.T) {
 	}
 }
 
-// TestShutdownCancelsLiveTasks: SIGTERM ends a running task canceled with a
-// final event to its stream, kills the work, and the node exits 0.
-func TestShutdownCancelsLiveTasks(t *testing.T) {
+// TestShutdownStopsLiveTasksAndKeepsThem: SIGTERM kills a running task's
+// work and ends its stream with the restarting error, not with a final
+// state the task never reaches (the database keeps it as written); the
+// node exits 0; after the restart the task reads failed, "the node
+// restarted while this ran".
+func TestShutdownStopsLiveTasksAndKeepsThem(t *testing.T) {
 	n := apptest.StartNode(t, apptest.Options{Keychain: "file", Config: "[[nodes.run]]\nname = \"sleep\"\n"})
 	_, token := grantToken(t, n, "--name", "runner", "--scope", "agent", "--approval", "allow")
 	n.CLI("a2a", "on")
@@ -260,10 +263,12 @@ func TestShutdownCancelsLiveTasks(t *testing.T) {
 	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{
 		"capability": "system.run", "params": map[string]any{"argv": []string{"sleep", "60"}}}})
 	events := make(chan a2a.Event, 64)
+	var streamErr error
 	go func() {
 		defer close(events)
 		for ev, err := range client.SendStreamingMessage(context.Background(), &a2a.MessageSendParams{Message: msg}) {
 			if err != nil {
+				streamErr = err
 				return
 			}
 			events <- ev
@@ -277,13 +282,17 @@ func TestShutdownCancelsLiveTasks(t *testing.T) {
 	if err := n.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	var last a2a.Event
+	var taskID a2a.TaskID
 	for ev := range events {
-		last = ev
+		if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok && su.Final {
+			t.Fatalf("the stream got a final %s; the node keeps the task for its restart", su.Status.State)
+		}
+		if ti, ok := ev.(a2a.TaskInfoProvider); ok {
+			taskID = ti.TaskInfo().TaskID
+		}
 	}
-	su, ok := last.(*a2a.TaskStatusUpdateEvent)
-	if !ok || !su.Final || su.Status.State != a2a.TaskStateCanceled {
-		t.Fatalf("last stream event = %#v, want final canceled", last)
+	if streamErr == nil || !strings.Contains(streamErr.Error(), "restarting") {
+		t.Fatalf("the stream ended with %v, want the restarting error", streamErr)
 	}
 	exited, err := n.Wait(15 * time.Second)
 	if !exited || err != nil {
@@ -294,6 +303,14 @@ func TestShutdownCancelsLiveTasks(t *testing.T) {
 	}
 	if _, err := os.Stat(n.StateDir + "/daemon.json"); !os.IsNotExist(err) {
 		t.Fatalf("daemon.json left behind: %v", err)
+	}
+	if taskID == "" {
+		t.Fatal("no event named the task")
+	}
+	n = apptest.StartNode(t, apptest.Options{StateDir: n.StateDir, Keychain: "file", Config: "[[nodes.run]]\nname = \"sleep\"\n"})
+	tk := taskState(t, n, token, string(taskID))
+	if tk.Status.State != a2a.TaskStateFailed || !strings.Contains(statusText(tk), "restarted") {
+		t.Fatalf("after the restart the task is %s %q, want failed, restarted", tk.Status.State, statusText(tk))
 	}
 }
 
