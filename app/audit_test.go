@@ -362,7 +362,7 @@ func TestAuditRetention(t *testing.T) {
 func TestAuditBadKindIsAUsageError(t *testing.T) {
 	n := apptest.StartNode(t, apptest.Options{Keychain: "file"})
 	r := n.CLI("audit", "--kind", "bogus")
-	if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "approval, capability, grant, pairing, a2a or lan") {
+	if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "approval, capability, grant, pairing, a2a, lan or database") {
 		t.Fatalf("audit --kind bogus: exit %d %s", r.Code, r.Stderr)
 	}
 	if r := n.CLI("audit", "--kind", "grant"); r.Code != 0 {
