@@ -67,7 +67,7 @@ func TestReceiverSweepsStalePartials(t *testing.T) {
 
 // TestCheckIsBeginWithoutRegistering: Check refuses what Begin refuses and
 // registers nothing.
-func TestCheckIsBeginWithoutRegistering(t *testing.T) {
+func TestReserveIsBeginWithoutRegistering(t *testing.T) {
 	r, err := NewReceiver(t.TempDir(), Limits{MaxFiles: 2, KeepFree: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -75,16 +75,23 @@ func TestCheckIsBeginWithoutRegistering(t *testing.T) {
 	defer r.Close()
 	sum := "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
 	e := Entry{Name: "a", Path: "a", Size: 3, SHA256: sum}
-	if err := r.Check(Manifest{Files: []Entry{e, e, e}}); !errors.Is(err, ErrTooMany) {
+	if err := r.Reserve("t1", Manifest{Files: []Entry{e, e, e}}); !errors.Is(err, ErrTooMany) {
 		t.Errorf("three files: %v", err)
 	}
-	if err := r.Check(Manifest{Files: []Entry{{Name: "x", Path: "../x", Size: 1, SHA256: sum}}}); !errors.Is(err, ErrBadName) {
+	if err := r.Reserve("t1", Manifest{Files: []Entry{{Name: "x", Path: "../x", Size: 1, SHA256: sum}}}); !errors.Is(err, ErrBadName) {
 		t.Errorf("../x: %v", err)
 	}
-	if err := r.Check(Manifest{Files: []Entry{e}}); err != nil {
+	if err := r.Reserve("t1", Manifest{Files: []Entry{e}}); err != nil {
 		t.Fatalf("one file: %v", err)
 	}
-	if _, err := r.Transfer("check"); !errors.Is(err, ErrNotFound) {
-		t.Fatal("Check registered a transfer")
+	if _, err := r.Transfer("t1"); !errors.Is(err, ErrNotFound) {
+		t.Fatal("Reserve began a transfer")
+	}
+	if got := r.Reserved(); got != 3 {
+		t.Fatalf("reserved %d bytes, want 3", got)
+	}
+	r.Release("t1")
+	if got := r.Reserved(); got != 0 {
+		t.Fatalf("reserved %d bytes after Release, want 0", got)
 	}
 }

@@ -219,25 +219,9 @@ func (r *Receiver) Begin(id, sender string, m Manifest) (*Transfer, error) {
 	return t, nil
 }
 
-// Check runs Begin's checks of m (names, sizes, count, free space now)
-// without registering anything: a transfer Check refuses, Begin refuses;
-// one it accepts may still be refused by Begin if the disk filled up
-// meanwhile. Same errors as Begin.
-func (r *Receiver) Check(m Manifest) error {
-	t, total, err := r.prepare("check", "", m)
-	if err != nil {
-		return err
-	}
-	t.end()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return ErrClosed
-	}
-	return r.spaceLocked("", total)
-}
-
-// Reserve runs Check's checks of m and, when they pass, holds its total
+// Reserve runs Begin's checks of m (names, sizes, count, free space now,
+// less what other transfers hold) without beginning a transfer: one
+// Reserve refuses, Begin refuses. When they pass it holds its total
 // size of the free space for transfer id until Begin(id) takes it over
 // (its pending bytes count from then on), or Release or Forget drops it:
 // a transfer admitted while its owner decides is counted against every
