@@ -255,6 +255,12 @@ func TestSendingNodeStopsMidTransfer(t *testing.T) {
 				apptest.WaitFor(t, 60*time.Second, "a partial file on the receiver", func() bool { return len(partials(t, b.FilesDir)) > 0 })
 			} else {
 				approvalOf(t, b, app.KindFiles)
+				// The sender knows the task (its first event names it):
+				// before that it has no id to cancel (see the README's
+				// note on a stop within that instant).
+				apptest.WaitFor(t, 10*time.Second, "the sender waiting for approval", func() bool {
+					return strings.Contains(run.stdout.String()+run.err.String(), "waiting for approval")
+				})
 			}
 			if err := a.Stop(); err != nil {
 				t.Fatalf("clean stop: %v", err)
